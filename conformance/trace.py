@@ -1,0 +1,245 @@
+"""The trace format: JSON Lines, one command and its observation per line (specs/protocol.md, §Traces).
+
+    {"trace": "seed", "seq": 0, "header": {"format": "kpurgatory-trace", "version": 1, "profile": "timer",
+                                           "params": {...}, "implementation": "kpurgatory.model"}}
+    {"trace": "seed", "seq": 1, "cmd": "timer_add", "args": {"task": "a", "delay_ms": 8}, "result": null, "events": []}
+
+A step line is a protocol request (cmd, args) merged with its response (result, events, error), so traces, the
+subprocess protocol, the Spark pipeline and z3 counterexamples share one codec: this module. Every line is checked
+against specs/kpurgatory.schema.json; a bad line is reported with its file, line number and the field at fault.
+"""
+
+from __future__ import annotations
+
+import functools
+import importlib.resources
+import json
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import attrs
+import fastjsonschema
+
+from kpurgatory.model import CommandError, Model
+from kpurgatory.model import vocabulary as v
+
+FORMAT = "kpurgatory-trace"
+VERSION = 1
+
+
+class TraceFormatError(ValueError):
+    """Input that is not a valid trace; the message names where (file:line) and what (the field)."""
+
+    def __init__(self, message: str, source: str = "<trace>", line: int | None = None):
+        self.source, self.line, self.reason = source, line, message
+        super().__init__(f"{source}:{line}: {message}" if line is not None else f"{source}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The schema
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def schema() -> dict:
+    return json.loads(importlib.resources.files("kpurgatory.specs").joinpath("kpurgatory.schema.json").read_text())
+
+
+@functools.cache
+def validator(definition: str):
+    """A compiled validator for one of the schema's $defs (header_line, step_line, request, response, ...)."""
+    return fastjsonschema.compile({**schema(), "$ref": f"#/$defs/{definition}"})
+
+
+def validate(definition: str, document: object) -> None:
+    """Raise ValueError naming the field at fault ("data.args.delay_ms must be integer")."""
+    try:
+        validator(definition)(document)
+    except fastjsonschema.JsonSchemaValueException as error:
+        raise ValueError(error.message.replace("data.", "", 1) if error.message.startswith("data.") else
+                         error.message) from None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Commands, events and observations <-> JSON
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def command_to_json(command: v.Command) -> dict:
+    args = {field.name: getattr(command, field.name) for field in attrs.fields(type(command))}
+    if isinstance(command, v.Watch):
+        args = {name: value for name, value in args.items() if value is not None}
+        args["keys"] = list(command.keys)
+    return {"cmd": command.name, "args": args}
+
+
+def command_from_json(cmd: str, args: dict) -> v.Command:
+    """``args`` must already satisfy the schema."""
+    return v.COMMANDS[cmd](**args)
+
+
+def event_to_json(event: v.Event) -> dict:
+    return {"event": event.kind, **attrs.asdict(event)}
+
+
+def event_from_json(document: dict) -> v.Event:
+    fields = dict(document)
+    return v.EVENTS[fields.pop("event")](**fields)
+
+
+def observation_to_json(observation: v.Observation) -> dict:
+    document = {"result": observation.result, "events": [event_to_json(e) for e in observation.events]}
+    if observation.error is not None:
+        document["error"] = observation.error
+    return document
+
+
+def observation_from_json(document: dict) -> v.Observation:
+    return v.Observation(
+        result=document.get("result"),
+        events=tuple(event_from_json(e) for e in document.get("events", ())),
+        error=document.get("error"),
+    )
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Traces
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Header:
+    trace_id: str
+    profile: str
+    params: v.Params
+    implementation: str = "kpurgatory.model"
+    description: str | None = None
+
+
+@attrs.frozen
+class Step:
+    seq: int
+    command: v.Command
+    observation: v.Observation
+
+
+@attrs.frozen
+class Trace:
+    header: Header
+    steps: tuple[Step, ...] = attrs.field(converter=tuple)
+
+    @property
+    def trace_id(self) -> str:
+        return self.header.trace_id
+
+    @property
+    def commands(self) -> list[v.Command]:
+        return [step.command for step in self.steps]
+
+
+def params_to_json(params: v.Params) -> dict:
+    return attrs.asdict(params)
+
+
+def header_line(header: Header) -> dict:
+    body = {"format": FORMAT, "version": VERSION, "profile": header.profile,
+            "params": params_to_json(header.params), "implementation": header.implementation}
+    if header.description:
+        body["description"] = header.description
+    return {"trace": header.trace_id, "seq": 0, "header": body}
+
+
+def step_line(trace_id: str, step: Step) -> dict:
+    return {"trace": trace_id, "seq": step.seq, **command_to_json(step.command),
+            **observation_to_json(step.observation)}
+
+
+def trace_lines(trace: Trace) -> Iterator[dict]:
+    yield header_line(trace.header)
+    for step in trace.steps:
+        yield step_line(trace.trace_id, step)
+
+
+def dumps(traces: Trace | Iterable[Trace]) -> str:
+    traces = [traces] if isinstance(traces, Trace) else traces
+    return "".join(json.dumps(line, separators=(",", ":")) + "\n" for trace in traces for line in trace_lines(trace))
+
+
+def write_traces(path: str | Path, traces: Trace | Iterable[Trace]) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(dumps(traces))
+    return path
+
+
+def parse_line(document: object) -> Header | tuple[str, Step]:
+    """One decoded JSON line -> its Header, or (trace id, Step). Raises ValueError naming the field at fault."""
+    if not isinstance(document, dict):
+        raise ValueError(f"a trace line must be a JSON object, not {type(document).__name__}")
+    if "header" in document:
+        validate("header_line", document)
+        body = document["header"]
+        return Header(document["trace"], body["profile"], v.Params(**body["params"]), body["implementation"],
+                      body.get("description"))
+    if document.get("cmd") == "init":
+        raise ValueError("cmd 'init' belongs to the protocol; in a trace the header line carries the params")
+    validate("step_line", document)
+    step = Step(document["seq"], command_from_json(document["cmd"], document["args"]), observation_from_json(document))
+    return document["trace"], step
+
+
+def loads(text: str, source: str = "<trace>") -> list[Trace]:
+    """All traces in a JSON Lines text, in order of first appearance. Each must start with its header (seq 0) and
+    number its steps 1, 2, 3, ... without gaps or repeats; commands must make sense for the model."""
+    headers: dict[str, Header] = {}
+    steps: dict[str, list[Step]] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        if not raw.strip():
+            continue
+        try:
+            parsed = parse_line(json.loads(raw))
+        except json.JSONDecodeError as error:
+            raise TraceFormatError(f"not JSON: {error.msg} at column {error.colno}", source, number) from None
+        except ValueError as error:
+            raise TraceFormatError(str(error), source, number) from None
+        if isinstance(parsed, Header):
+            if parsed.trace_id in headers:
+                raise TraceFormatError(f"trace {parsed.trace_id!r} has a second header", source, number)
+            headers[parsed.trace_id], steps[parsed.trace_id] = parsed, []
+            continue
+        trace_id, step = parsed
+        if trace_id not in headers:
+            raise TraceFormatError(f"trace {trace_id!r}: step before its header line", source, number)
+        expected = len(steps[trace_id]) + 1
+        if step.seq != expected:
+            raise TraceFormatError(f"trace {trace_id!r}: seq {step.seq} where {expected} was expected", source, number)
+        steps[trace_id].append(step)
+    if not headers:
+        raise TraceFormatError("no trace header found", source)
+    return [Trace(headers[trace_id], steps[trace_id]) for trace_id in headers]
+
+
+def read_traces(path: str | Path) -> list[Trace]:
+    path = Path(path)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as error:
+        raise TraceFormatError(f"cannot read: {error}", str(path)) from None
+    return loads(text, str(path))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Building traces from commands
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def model_trace(header: Header, commands: Iterable[v.Command]) -> Trace:
+    """The trace the model produces for ``commands``: a test vector any implementation can be replayed against."""
+    model = Model(header.profile, header.params)
+    steps = []
+    for seq, command in enumerate(commands, start=1):
+        try:
+            steps.append(Step(seq, command, model.step(command)))
+        except CommandError as error:
+            raise TraceFormatError(f"command {seq} ({command.name}): {error}", header.trace_id) from None
+    return Trace(header, steps)

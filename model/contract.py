@@ -1,0 +1,274 @@
+"""The contract: properties every purgatory or timer must have, checkable on any observed trace.
+
+The exact level asks an implementation to behave like Kafka step by step. The contract level asks only what a user of
+a purgatory relies on, so a timer or purgatory that is not a Kafka clone (another bucket layout, eager cleanup, no
+wheel at all) can be checked too. `ContractMonitor` reads commands and the observations a system gave for them, and
+keeps only what the observations imply, never the system's internals. Each property is stated once:
+
+  exactly_once     An operation completes at most once, whatever the route; onExpiration runs only right after
+                   the operation's own completion by expiry. A timer task runs at most once per scheduling.
+  justified        An operation completes by try/check only if its condition could hold (set_ready was seen, or
+                   ready_on was given); by check only through a key it is watched on; by force only in a force of
+                   that op; by expiry only while it is in the timer. watch, try and force return True exactly when
+                   they completed the op themselves.
+  no_lost_wakeup   An operation whose condition is known to hold (set_ready seen) is completed by a check of a key
+                   it is watched on, or by a direct try.
+  on_time          Nothing fires before the start of its tick, floor(E / tick) * tick (so at most tick - 1 ms early,
+                   never early with tick 1), and nothing that is still pending survives an advance to E or later.
+  watcher_cleanup  A completed operation leaves a key's list no later than the next check of that key, a cancel of
+                   that key, or the next purge: watched() lies between the live entries and the live entries plus
+                   the completed entries not yet due for removal; cancel_key returns exactly the key's entries.
+  purge_rule       A purge removes every completed entry from every list.
+  counters         delayed() and size() equal the entries pending in the timer; shutdown reports exactly them.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Callable
+
+import attrs
+
+from kpurgatory.model import vocabulary as v
+
+PROPERTIES = ("exactly_once", "justified", "no_lost_wakeup", "on_time", "watcher_cleanup", "purge_rule", "counters")
+
+
+@attrs.frozen
+class Violation:
+    prop: str
+    message: str
+
+
+@attrs.define
+class Pending:
+    """A scheduled timer entry as the contract sees it."""
+
+    expiration_ms: int
+
+
+@attrs.define
+class OpState:
+    ready_on: int | None
+    delay_ms: int
+    ready: bool = False
+    completed: bool = False
+    timer: Pending | None = None
+
+    def may_complete_by_condition(self) -> bool:
+        return self.ready or self.ready_on is not None
+
+
+@attrs.define
+class ContractMonitor:
+    profile: str
+    params: v.Params
+    now_ms: int = attrs.field(init=False)
+    ops: dict[str, OpState] = attrs.field(factory=dict)
+    tasks: dict[str, Pending] = attrs.field(factory=dict)
+    #: live watch entries per key: ops not completed (a multiset: duplicates count)
+    live: dict[str, Counter] = attrs.field(factory=dict)
+    #: per key, completed entries that may still be listed (a system may have removed them earlier)
+    stale: dict[str, Counter] = attrs.field(factory=dict)
+    violations: list[Violation] = attrs.field(factory=list)
+
+    def __attrs_post_init__(self) -> None:
+        self.now_ms = self.params.start_ms
+
+    # --- entry point ------------------------------------------------------------------------------------------
+
+    def observe(self, command: v.Command, observation: v.Observation) -> list[Violation]:
+        """Check one step; returns the violations it revealed (also accumulated in ``violations``)."""
+        before = len(self.violations)
+        handler: Callable = getattr(self, f"_on_{command.name}")
+        handler(command, observation)
+        return self.violations[before:]
+
+    def fail(self, prop: str, message: str) -> None:
+        self.violations.append(Violation(prop, message))
+
+    # --- shared pieces ----------------------------------------------------------------------------------------
+
+    def tick_start(self, expiration_ms: int) -> int:
+        return expiration_ms - expiration_ms % self.params.tick_ms
+
+    def check_not_early(self, what: str, expiration_ms: int) -> None:
+        if self.now_ms < self.tick_start(expiration_ms):
+            self.fail("on_time", f"{what} fired by time {self.now_ms}, before the start of its tick "
+                                 f"{self.tick_start(expiration_ms)} (expiration {expiration_ms})")
+
+    def expect_result(self, prop: str, command: v.Command, observed: v.Json, expected: v.Json) -> None:
+        if observed != expected:
+            self.fail(prop, f"{command.name} returned {observed!r}; the observations imply {expected!r}")
+
+    def pending_in_timer(self) -> list[str]:
+        return sorted([op_id for op_id, op in self.ops.items() if op.timer] + list(self.tasks))
+
+    def apply_events(self, command: v.Command, observation: v.Observation) -> list[v.Complete]:
+        """Apply every event in order, checking exactly_once, justified and on_time; returns the completions."""
+        completions = []
+        events = list(observation.events)
+        for index, event in enumerate(events):
+            if isinstance(event, v.Run):
+                pending = self.tasks.pop(event.task, None)
+                if pending is None:
+                    self.fail("exactly_once", f"task {event.task!r} ran but was not pending")
+                else:
+                    self.check_not_early(f"task {event.task!r}", pending.expiration_ms)
+            elif isinstance(event, v.Complete):
+                completions.append(event)
+                self.complete(command, event)
+            elif isinstance(event, v.Expire):
+                previous = events[index - 1] if index else None
+                if previous != v.Complete(event.op, "expire"):
+                    self.fail("exactly_once", f"onExpiration of {event.op!r} not right after its completion by expiry")
+            elif isinstance(event, v.Purge):
+                self.purge(command)
+        return completions
+
+    def complete(self, command: v.Command, event: v.Complete) -> None:
+        op = self.ops.get(event.op)
+        if op is None:
+            self.fail("justified", f"completion of {event.op!r}, which was never watched")
+            return
+        if op.completed:
+            self.fail("exactly_once", f"{event.op!r} completed a second time (via {event.via})")
+            return
+        if event.via in ("try", "check") and not op.may_complete_by_condition():
+            self.fail("justified", f"{event.op!r} completed via {event.via} but its condition never held")
+        if event.via == "try" and not (isinstance(command, (v.Watch, v.Try)) and command.op == event.op):
+            self.fail("justified", f"{event.op!r} completed via try during {command.name}")
+        if event.via == "check" and not (isinstance(command, v.Check) and self.live.get(command.key, {}).get(event.op)):
+            self.fail("justified", f"{event.op!r} completed via check during {command.name}, not through a key "
+                                   f"it is watched on")
+        if event.via == "force" and not (isinstance(command, v.Force) and command.op == event.op):
+            self.fail("justified", f"{event.op!r} completed via force during {command.name}")
+        if event.via == "expire":
+            if op.timer is None:
+                self.fail("justified", f"{event.op!r} expired but was not in the timer")
+            else:
+                self.check_not_early(f"op {event.op!r}", op.timer.expiration_ms)
+        op.completed, op.timer = True, None
+        for key, entries in self.live.items():  # its entries turn stale
+            if entries.get(event.op):
+                self.stale.setdefault(key, Counter())[event.op] += entries.pop(event.op)
+
+    def purge(self, command: v.Command) -> None:
+        if not isinstance(command, v.Advance):
+            self.fail("purge_rule", f"a purge during {command.name}; purges run only after a timer advance")
+        self.stale.clear()
+
+    def watch_entries(self, key: str) -> Counter:
+        return self.live.get(key, Counter()) + self.stale.get(key, Counter())
+
+    # --- timer profile ----------------------------------------------------------------------------------------
+
+    def _on_timer_add(self, command: v.TimerAdd, observation: v.Observation) -> None:
+        if observation.error is None:
+            self.tasks[command.task] = Pending(self.now_ms + command.delay_ms)
+        self.apply_events(command, observation)
+
+    def _on_timer_cancel(self, command: v.TimerCancel, observation: v.Observation) -> None:
+        self.tasks.pop(command.task, None)
+        self.apply_events(command, observation)
+
+    # --- purgatory profile ------------------------------------------------------------------------------------
+
+    def _on_watch(self, command: v.Watch, observation: v.Observation) -> None:
+        op = self.ops.get(command.op)
+        if op is None:  # the caller built the op; a rejected watch leaves it unwatched but usable
+            op = self.ops[command.op] = OpState(command.ready_on, command.delay_ms or 0)
+        if observation.error is not None:
+            self.apply_events(command, observation)
+            return
+        was_completed = op.completed
+        if not was_completed:
+            # watched under every key; if a try completes it in this call, complete() turns these entries into
+            # possibly-stale ones, since a system that succeeds on its first try never lists them
+            for key in command.keys:
+                self.live.setdefault(key, Counter())[command.op] += 1
+            op.timer = Pending(self.now_ms + op.delay_ms)  # scheduled unless a try completes it first
+        completions = self.apply_events(command, observation)
+        completed_here = any(c.op == command.op and c.via == "try" for c in completions)
+        self.expect_result("justified", command, observation.result, completed_here)
+
+    def _on_set_ready(self, command: v.SetReady, observation: v.Observation) -> None:
+        self.ops[command.op].ready = True
+        self.apply_events(command, observation)
+
+    def _on_check(self, command: v.Check, observation: v.Observation) -> None:
+        candidates = [op_id for op_id in self.live.get(command.key, {}) if self.ops[op_id].ready]
+        completions = self.apply_events(command, observation)
+        completed_here = {c.op for c in completions if c.via == "check"}
+        for op_id in candidates:
+            if op_id not in completed_here:
+                self.fail("no_lost_wakeup", f"check({command.key!r}) did not complete {op_id!r}, whose condition "
+                                            f"holds and which is watched on that key")
+        self.expect_result("justified", command, observation.result, len(completed_here))
+        self.stale.pop(command.key, None)
+
+    def _on_cancel_key(self, command: v.CancelKey, observation: v.Observation) -> None:
+        live = self.live.pop(command.key, Counter())
+        stale = self.stale.pop(command.key, Counter())
+        returned = Counter(observation.result or [])
+        if not (live <= returned <= live + stale):
+            self.fail("watcher_cleanup", f"cancel_key({command.key!r}) returned {sorted(returned.elements())}; "
+                                         f"the key's entries are {sorted(live.elements())} plus possibly "
+                                         f"{sorted(stale.elements())} completed ones")
+        for op_id in live:
+            self.ops[op_id].timer = None
+        self.apply_events(command, observation)
+
+    def _on_force(self, command: v.Force, observation: v.Observation) -> None:
+        was_completed = self.ops[command.op].completed
+        self.apply_events(command, observation)
+        self.expect_result("justified", command, observation.result, not was_completed)
+
+    def _on_try(self, command: v.Try, observation: v.Observation) -> None:
+        op = self.ops[command.op]
+        must_complete = op.ready and not op.completed
+        completions = self.apply_events(command, observation)
+        completed_here = any(c.op == command.op for c in completions)
+        if must_complete and not completed_here:
+            self.fail("no_lost_wakeup", f"try({command.op!r}) did not complete it although its condition holds")
+        self.expect_result("justified", command, observation.result, completed_here)
+
+    def _on_cancel(self, command: v.Cancel, observation: v.Observation) -> None:
+        self.ops[command.op].timer = None
+        self.apply_events(command, observation)
+
+    def _on_watched(self, command: v.Watched, observation: v.Observation) -> None:
+        live = sum(sum(entries.values()) for entries in self.live.values())
+        stale = sum(sum(entries.values()) for entries in self.stale.values())
+        if not live <= (observation.result or 0) <= live + stale:
+            self.fail("watcher_cleanup", f"watched() = {observation.result}; expected between {live} live entries "
+                                         f"and {live + stale} (with completed entries not yet due for removal)")
+        self.apply_events(command, observation)
+
+    def _on_delayed(self, command: v.Delayed, observation: v.Observation) -> None:
+        self.apply_events(command, observation)
+        self.expect_result("counters", command, observation.result, len(self.pending_in_timer()))
+
+    # --- both profiles ----------------------------------------------------------------------------------------
+
+    def _on_advance(self, command: v.Advance, observation: v.Observation) -> None:
+        self.now_ms = command.to_ms
+        self.apply_events(command, observation)
+        overdue = [name for name, pending in self.all_pending() if pending.expiration_ms <= self.now_ms]
+        if overdue:
+            self.fail("on_time", f"still pending after advance to {self.now_ms}, past their expiration: "
+                                 f"{', '.join(sorted(overdue))}")
+
+    def all_pending(self) -> list[tuple[str, Pending]]:
+        return [(op_id, op.timer) for op_id, op in self.ops.items() if op.timer] + list(self.tasks.items())
+
+    def _on_size(self, command: v.Size, observation: v.Observation) -> None:
+        self.apply_events(command, observation)
+        self.expect_result("counters", command, observation.result, len(self.pending_in_timer()))
+
+    def _on_shutdown(self, command: v.Shutdown, observation: v.Observation) -> None:
+        self.apply_events(command, observation)
+        self.expect_result("counters", command, sorted(observation.result or []), self.pending_in_timer())
+
+    def _on_wheel(self, command: v.Wheel, observation: v.Observation) -> None:
+        self.apply_events(command, observation)

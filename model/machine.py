@@ -1,0 +1,184 @@
+"""The executable spec as a state machine: ``Model(profile, params).step(command) -> Observation``.
+
+This is where the vocabulary meets the Kafka classes: each command is one Kafka call (or one reaper step), the
+observation is its return value and the events recorded while it ran. Malformed commands (an unknown op, a command
+outside the profile, anything after shutdown) raise `CommandError`: they are not behaviour to compare but input to
+reject, and the trace reader reports them with the line that carried them.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import attrs
+
+from kpurgatory.model import vocabulary as v
+from kpurgatory.model.purgatory import DelayedOperation, DelayedOperationPurgatory, EmptyKeysError, Journal
+from kpurgatory.model.timer import SystemTimer, TimerDomainError, TimerTask
+
+
+class CommandError(ValueError):
+    """A command that no correct trace contains; the message names the field at fault."""
+
+
+def validate_params(profile: str, params: v.Params) -> None:
+    if profile not in v.PROFILES:
+        raise CommandError(f"profile: unknown profile {profile!r} (expected one of {', '.join(v.PROFILES)})")
+    if not 0 <= params.purge_interval <= v.INT_MAX:
+        raise CommandError(f"purge_interval: must be in [0, {v.INT_MAX}], got {params.purge_interval}")
+    try:
+        SystemTimer.create(params.tick_ms, params.wheel_size, params.start_ms)
+    except TimerDomainError as error:
+        raise CommandError(str(error)) from None
+
+
+@attrs.define(eq=False)
+class Model:
+    profile: str
+    params: v.Params
+    journal: Journal = attrs.field(factory=Journal)
+    timer: SystemTimer = attrs.field(init=False)
+    purgatory: DelayedOperationPurgatory = attrs.field(init=False)
+    tasks: dict[str, TimerTask] = attrs.field(factory=dict)
+    ops: dict[str, DelayedOperation] = attrs.field(factory=dict)
+    is_shut_down: bool = False
+
+    def __attrs_post_init__(self) -> None:
+        validate_params(self.profile, self.params)
+        self.timer = SystemTimer.create(
+            self.params.tick_ms, self.params.wheel_size, self.params.start_ms, on_bucket=self._enter_bucket_group
+        )
+        self.purgatory = DelayedOperationPurgatory(self.timer, self.journal, self.params.purge_interval)
+
+    def _enter_bucket_group(self, expiration_ms: int) -> None:
+        self.journal.current_group = ("bucket", expiration_ms)
+
+    @property
+    def now_ms(self) -> int:
+        return self.timer.now_ms
+
+    # --- the step function ------------------------------------------------------------------------------------
+
+    def step(self, command: v.Command) -> v.Observation:
+        if self.is_shut_down:
+            raise CommandError(f"{command.name}: no command may follow shutdown")
+        if self.profile not in command.profiles:
+            raise CommandError(f"{command.name}: not a command of the {self.profile} profile")
+        self.journal.current_group = "command"
+        try:
+            result, error = self._execute(command), None
+        except (EmptyKeysError, TimerDomainError) as rejection:
+            if rejection.code not in v.ERRORS:
+                raise CommandError(f"{command.name}: {rejection}") from None
+            result, error = None, rejection.code
+        events, groups = self.journal.take()
+        return v.Observation(result=result, events=events, error=error, groups=groups)
+
+    @functools.singledispatchmethod
+    def _execute(self, command: v.Command) -> v.Json:
+        raise CommandError(f"{command.name}: unsupported command")
+
+    # --- timer profile ----------------------------------------------------------------------------------------
+
+    @_execute.register
+    def _(self, command: v.TimerAdd) -> None:
+        task = self.tasks.get(command.task)
+        if task is None:
+            task = self.tasks[command.task] = TimerTask(command.task, command.delay_ms, on_run=self._record_run)
+        elif task.delay_ms != command.delay_ms:
+            raise CommandError(f"timer_add: task {command.task!r} was created with delay_ms={task.delay_ms}, "
+                               f"not {command.delay_ms} (a task's delay is fixed, as in Kafka)")
+        self.timer.add(task)
+
+    def _record_run(self, task: TimerTask) -> None:
+        self.journal.record(v.Run(task.task_id))
+
+    @_execute.register
+    def _(self, command: v.TimerCancel) -> None:
+        self._task(command.task).cancel()
+
+    # --- purgatory profile ------------------------------------------------------------------------------------
+
+    @_execute.register
+    def _(self, command: v.Watch) -> bool:
+        op = self.ops.get(command.op)
+        if op is None:
+            if command.delay_ms is None:
+                raise CommandError(f"watch: delay_ms is required the first time op {command.op!r} is watched")
+            op = DelayedOperation(command.op, command.delay_ms, journal=self.journal, ready_on=command.ready_on)
+            self.ops[command.op] = op
+        else:
+            for field in ("delay_ms", "ready_on"):
+                given, fixed = getattr(command, field), getattr(op, field)
+                if given is not None and given != fixed:
+                    raise CommandError(f"watch: op {command.op!r} was created with {field}={fixed}, not {given}")
+        return self.purgatory.try_complete_else_watch(op, command.keys)
+
+    @_execute.register
+    def _(self, command: v.SetReady) -> None:
+        self._op(command.op).ready = True
+
+    @_execute.register
+    def _(self, command: v.Check) -> int:
+        return self.purgatory.check_and_complete(command.key)
+
+    @_execute.register
+    def _(self, command: v.CancelKey) -> list[str]:
+        return [op.op_id for op in self.purgatory.cancel_for_key(command.key)]
+
+    @_execute.register
+    def _(self, command: v.Force) -> bool:
+        return self._op(command.op).force_complete("force")
+
+    @_execute.register
+    def _(self, command: v.Try) -> bool:
+        return self._op(command.op).try_complete("try")
+
+    @_execute.register
+    def _(self, command: v.Cancel) -> None:
+        self._op(command.op).cancel()
+
+    @_execute.register
+    def _(self, command: v.Watched) -> int:
+        return self.purgatory.watched()
+
+    @_execute.register
+    def _(self, command: v.Delayed) -> int:
+        return self.purgatory.num_delayed()
+
+    # --- both profiles ----------------------------------------------------------------------------------------
+
+    @_execute.register
+    def _(self, command: v.Advance) -> None:
+        try:
+            if self.profile == "purgatory":
+                self.purgatory.advance_clock(command.to_ms)
+            else:
+                self.timer.advance_clock(command.to_ms)
+        except TimerDomainError as error:
+            raise CommandError(f"advance: to_ms: {error}") from None
+
+    @_execute.register
+    def _(self, command: v.Size) -> int:
+        return self.timer.size()
+
+    @_execute.register
+    def _(self, command: v.Shutdown) -> list[str]:
+        self.is_shut_down = True
+        return sorted(task.task_id for task in self.purgatory.shutdown())
+
+    @_execute.register
+    def _(self, command: v.Wheel) -> dict:
+        return self.timer.describe()
+
+    # --- lookups ----------------------------------------------------------------------------------------------
+
+    def _op(self, op_id: str) -> DelayedOperation:
+        if op_id not in self.ops:
+            raise CommandError(f"op: {op_id!r} was never watched")
+        return self.ops[op_id]
+
+    def _task(self, task_id: str) -> TimerTask:
+        if task_id not in self.tasks:
+            raise CommandError(f"task: {task_id!r} was never added")
+        return self.tasks[task_id]

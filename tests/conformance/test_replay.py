@@ -1,0 +1,59 @@
+"""Replaying traces: the corpus passes against the model; a wrong expectation fails naming the step."""
+
+import re
+
+import pytest
+from click.testing import CliRunner
+
+from kpurgatory.conformance.cli import main
+from kpurgatory.conformance.replay import replay, scenario_files, scenarios
+from kpurgatory.conformance.trace import dumps
+
+
+@pytest.mark.parametrize("scenario_id", sorted(scenarios()))
+def test_every_scenario_agrees_with_the_model(scenario_id):
+    report = replay(scenarios()[scenario_id])
+    assert report.ok, report.first_failure
+
+
+def test_the_corpus_covers_kafkas_own_tests():
+    ids = set(scenarios())
+    for expected in ("kafka.DelayedOperationTest.testRequestPurge", "kafka.TimerTest.testTaskExpiration",
+                     "kafka.TimerTaskListTest.testAll", "kafka.TimingWheelTest.testOverflowWheel", "seed.cascade"):
+        assert expected in ids
+
+
+def test_replay_command_exits_zero_on_every_scenario_file():
+    result = CliRunner().invoke(main, ["replay", *map(str, scenario_files())])
+    assert result.exit_code == 0, result.output
+
+
+def test_a_wrong_expectation_fails_and_names_the_step(tmp_path):
+    text = dumps(scenarios()["seed.cascade"])
+    wrong = text.replace('"args":{"to_ms":25},"result":null,"events":[{"event":"run","task":"c"}]',
+                         '"args":{"to_ms":25},"result":null,"events":[]', 1)
+    assert wrong != text
+    path = tmp_path / "wrong.jsonl"
+    path.write_text(wrong)
+    result = CliRunner().invoke(main, ["replay", str(path)], terminal_width=200)
+    assert result.exit_code == 1
+    assert re.search(r"FAIL seed\.cascade at step 12 \(advance\(to_ms=25\)\)", result.output)
+    assert "expected 1 events, observed 0" in result.output
+
+
+def test_malformed_input_exits_two_with_the_line(tmp_path):
+    path = tmp_path / "bad.jsonl"
+    path.write_text(dumps(scenarios()["seed.cascade"]).replace('"to_ms":25', '"to_ms":"soon"', 1))
+    result = CliRunner().invoke(main, ["replay", str(path)])
+    assert result.exit_code == 2
+    assert "bad.jsonl:13: args.to_ms must be integer" in result.output
+
+
+def test_scenarios_can_be_selected_and_skipped():
+    runner = CliRunner()
+    listed = runner.invoke(main, ["scenarios", "--list", "--only", "seed.cascade"])
+    assert listed.output.split("\t")[0] == "seed.cascade"
+    result = runner.invoke(main, ["scenarios", "--skip", "kafka.TimerTest.testTaskExpiration"], terminal_width=200)
+    assert result.exit_code == 0
+    assert "testTaskExpiration" not in result.output
+    assert runner.invoke(main, ["scenarios", "--only", "no.such.id"]).exit_code == 2

@@ -1,0 +1,62 @@
+"""The trace format: round trips, and every kind of bad input rejected with its line and field."""
+
+import json
+
+import pytest
+from hypothesis import given, settings
+
+from kpurgatory.conformance.strategies import runs
+from kpurgatory.conformance.trace import Header, TraceFormatError, dumps, loads, model_trace
+
+HEADER = ('{"trace":"t","seq":0,"header":{"format":"kpurgatory-trace","version":1,"profile":"purgatory",'
+          '"params":{"tick_ms":1,"wheel_size":20,"start_ms":0,"purge_interval":1000},"implementation":"x"}}')
+
+
+def step(seq=1, **fields):
+    line = {"trace": "t", "seq": seq, "cmd": "check", "args": {"key": "k"}, "result": 0, "events": []}
+    line.update(fields)
+    return json.dumps(line)
+
+
+@settings(max_examples=150)
+@given(runs())
+def test_model_traces_round_trip(run):
+    profile, params, commands = run
+    trace = model_trace(Header("t", profile, params), commands)
+    assert loads(dumps(trace)) == [trace]
+
+
+def test_many_traces_in_one_file_keep_their_order():
+    text = HEADER + "\n" + HEADER.replace('"t"', '"u"') + "\n" + step() + "\n" + step(trace="u") + "\n"
+    assert [(t.trace_id, len(t.steps)) for t in loads(text)] == [("t", 1), ("u", 1)]
+
+
+@pytest.mark.parametrize("line, message", [
+    (step(cmd="frobnicate"), "cmd must be one of"),
+    (step(args={}), "args must contain ['key']"),
+    (step(args={"key": 5}), "args.key must be string"),
+    (step(result="zero"), "result must be integer"),
+    (step(events=[{"event": "complete", "op": "o", "via": "magic"}]), "events[0].via must be one of"),
+    (step(cmd="watch", args={"op": "o", "keys": ["k"], "delay_ms": 2**64}, result=False), "args.delay_ms"),
+    (json.dumps({"trace": "t", "seq": 1, "cmd": "check", "args": {"key": "k"}, "events": []}), "contain ['result']"),
+    (step(seq=2), "seq 2 where 1 was expected"),
+    (step(trace="other"), "step before its header"),
+    ("{not json", "not JSON"),
+    ("[1, 2]", "must be a JSON object"),
+    (HEADER, "second header"),
+])
+def test_bad_lines_are_rejected_with_line_and_field(line, message):
+    with pytest.raises(TraceFormatError) as caught:
+        loads(HEADER + "\n" + line + "\n", "input.jsonl")
+    assert str(caught.value).startswith("input.jsonl:2: ")
+    assert message in str(caught.value)
+
+
+def test_unsupported_version_is_rejected():
+    with pytest.raises(TraceFormatError, match="input.jsonl:1: header.version must be"):
+        loads(HEADER.replace('"version":1', '"version":2'), "input.jsonl")
+
+
+def test_an_empty_input_has_no_trace():
+    with pytest.raises(TraceFormatError, match="no trace header"):
+        loads("\n\n", "empty.jsonl")
