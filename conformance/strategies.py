@@ -28,14 +28,17 @@ def params(draw, profile: str = "purgatory") -> v.Params:
 
 
 def delays(p: v.Params) -> st.SearchStrategy[int]:
-    """Delays around the boundaries of the first four levels, plus already-expired and small ones."""
+    """Delays around the boundaries of the first four levels, plus already-expired and small ones, and rarely one
+    whose deadline passes Long.MAX_VALUE (rejected with delay_out_of_range)."""
     interval = p.tick_ms * p.wheel_size
     edges = [p.tick_ms * p.wheel_size ** level for level in range(4)] + [interval * 2]
-    return st.one_of(
+    usual = st.one_of(
         st.integers(-3, 3 * p.tick_ms),
         st.sampled_from(edges).flatmap(lambda edge: st.integers(edge - 2, edge + 2)),
         st.integers(0, p.tick_ms * p.wheel_size ** 4),
     )
+    beyond_long_max = st.integers(v.LONG_MAX - p.start_ms, v.LONG_MAX)
+    return st.integers(0, 29).flatmap(lambda roll: beyond_long_max if roll == 0 else usual)
 
 
 def advance_to(now: int, p: v.Params) -> st.SearchStrategy[v.Advance]:

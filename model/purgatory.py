@@ -25,7 +25,7 @@ from typing import Callable
 
 import attrs
 
-from kpurgatory.model.timer import SystemTimer, TimerTask
+from kpurgatory.model.timer import SystemTimer, TimerTask, check_expiration
 from kpurgatory.model.vocabulary import Complete, Event, Expire, Purge
 
 
@@ -150,6 +150,9 @@ class DelayedOperationPurgatory:
         """
         if not keys:
             raise EmptyKeysError("The watch key list can't be empty")
+        # Kafka would watch the op and then wrap its deadline at the timer add; rejecting first leaves no op on watch
+        # lists without a timeout
+        check_expiration(self.timer.now_ms, op.delay_ms)
 
         def watch_all_keys() -> None:
             for key in keys:

@@ -151,7 +151,9 @@ def test_nothing_fires_early_nothing_late_nothing_lost(data):
         assert wheel_invariants(model.timer) == []
         if isinstance(command, v.TimerAdd):
             expiration = model.now_ms + command.delay_ms
-            due[command.task] = expiration - expiration % p.tick_ms
+            assert (observation.error == "delay_out_of_range") == (expiration > v.LONG_MAX)
+            if observation.error is None:
+                due[command.task] = expiration - expiration % p.tick_ms
         elif isinstance(command, v.TimerCancel):
             due.pop(command.task, None)
         for task in runs_of(observation):
