@@ -15,8 +15,9 @@ keeps only what the observations imply, never the system's internals. Each prope
                    it is watched on, or by a direct try.
   on_time          Nothing fires before the start of its tick, floor(E / tick) * tick (so at most tick - 1 ms early,
                    never early with tick 1), and nothing that is still pending survives an advance to E or later.
-  watcher_cleanup  A completed operation leaves a key's list no later than the next check of that key, a cancel of
-                   that key, or the next purge: watched() lies between the live entries and the live entries plus
+  watcher_cleanup  A completed operation leaves a key's list no later than the next check of that key (except the
+                   earlier entries of an op listed twice that this very check completed at a later visit), a cancel
+                   of that key, or the next purge: watched() lies between the live entries and the live entries plus
                    the completed entries not yet due for removal; cancel_key returns exactly the key's entries.
   purge_rule       A purge removes every completed entry from every list.
   counters         delayed() and size() equal the entries pending in the timer; shutdown reports exactly them.
@@ -197,7 +198,8 @@ class ContractMonitor:
         self.apply_events(command, observation)
 
     def _on_check(self, command: v.Check, observation: v.Observation) -> None:
-        candidates = [op_id for op_id in self.live.get(command.key, {}) if self.ops[op_id].ready]
+        listed = Counter(self.live.get(command.key, {}))
+        candidates = [op_id for op_id in listed if self.ops[op_id].ready]
         completions = self.apply_events(command, observation)
         completed_here = {c.op for c in completions if c.via == "check"}
         for op_id in candidates:
@@ -205,7 +207,9 @@ class ContractMonitor:
                 self.fail("no_lost_wakeup", f"check({command.key!r}) did not complete {op_id!r}, whose condition "
                                             f"holds and which is watched on that key")
         self.expect_result("justified", command, observation.result, len(completed_here))
-        self.stale.pop(command.key, None)
+        # the walk removes every completed entry it visits; an op listed n times and completed at a later visit
+        # keeps its n - 1 earlier (already visited) entries
+        self.stale[command.key] = Counter({op_id: listed[op_id] - 1 for op_id in completed_here if listed[op_id] > 1})
 
     def _on_cancel_key(self, command: v.CancelKey, observation: v.Observation) -> None:
         live = self.live.pop(command.key, Counter())

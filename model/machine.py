@@ -32,6 +32,17 @@ def validate_params(profile: str, params: v.Params) -> None:
         raise CommandError(str(error)) from None
 
 
+def validate_names(command: v.Command) -> None:
+    """Ids and keys are non-empty strings (the schema's rule, enforced here for callers that skip the codec)."""
+    names = [(field.name, getattr(command, field.name)) for field in attrs.fields(type(command))
+             if field.name in ("op", "task", "key")]
+    if isinstance(command, v.Watch):
+        names += [(f"keys[{index}]", key) for index, key in enumerate(command.keys)]
+    for field, value in names:
+        if not isinstance(value, str) or not value:
+            raise CommandError(f"{command.name}: {field} must be a non-empty string, got {value!r}")
+
+
 @attrs.define(eq=False)
 class Model:
     profile: str
@@ -64,6 +75,7 @@ class Model:
             raise CommandError(f"{command.name}: no command may follow shutdown")
         if self.profile not in command.profiles:
             raise CommandError(f"{command.name}: not a command of the {self.profile} profile")
+        validate_names(command)
         self.journal.current_group = "command"
         try:
             result, error = self._execute(command), None

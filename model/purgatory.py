@@ -179,13 +179,15 @@ class DelayedOperationPurgatory:
         operations = self.watchers.get(key)
         if operations is None:
             return 0
-        completed = 0
-        for op in list(operations):
-            if op.completed:
-                operations.remove(op)
-            elif op.safe_try_complete():
-                operations.remove(op)
+        completed, kept = 0, []
+        for op in operations:  # each visited entry is kept or removed, as Kafka's iterator does: with duplicate
+            if op.completed:   # entries, which occurrence goes decides the list order cancel_for_key reports
+                continue
+            if op.safe_try_complete():
                 completed += 1
+            else:
+                kept.append(op)
+        operations[:] = kept
         self.remove_key_if_empty(key, operations)
         return completed
 

@@ -161,3 +161,22 @@ def test_the_model_satisfies_its_own_contract(data):
         assert all(model.purgatory.watchers.values()), "an empty watch list was left behind"
         in_timer = {task.task_id for task in model.timer.pending()}
         assert not any(model.ops[op].completed for op in in_timer), "a completed op is still in the timer"
+
+
+def test_check_removes_the_entry_it_visits_not_the_first_occurrence():
+    """[o, x, o] where o completes on its second visit: Kafka's iterator removes that visit's entry, keeping the
+    first one (now stale) ahead of x."""
+    model = purgatory()
+    model.step(v.Watch("o", ("k",), 100, ready_on=6))  # tries 1-2
+    model.step(v.Watch("x", ("k",), 100))
+    model.step(v.Watch("o", ("k",)))  # tries 3-4: list [o, x, o]
+    assert model.step(v.Check("k")).result == 1  # visits: o (try 5, fails), x, o (try 6, completes)
+    assert model.step(v.CancelKey("k")).result == ["o", "x"]
+
+
+@pytest.mark.parametrize("command", [v.Watch("o", ("",), 10), v.Watch("o", (3,), 10), v.Check(""), v.Force("")])
+def test_ids_and_keys_must_be_non_empty_strings(command):
+    from kpurgatory.model import CommandError
+
+    with pytest.raises(CommandError, match="must be a non-empty string"):
+        purgatory().step(command)
