@@ -11,8 +11,16 @@ import importlib
 import click
 
 SUBCOMMANDS: dict[str, str] = {
+    "bench": "kpurgatory.conformance.bench:bench_command",
+    "check": "kpurgatory.conformance.check:check_command",
+    "mutants": "kpurgatory.conformance.mutants:mutants_command",
     "replay": "kpurgatory.conformance.replay:replay_command",
     "scenarios": "kpurgatory.conformance.replay:scenarios_command",
+    "simulate": "kpurgatory.conformance.simulate:simulate_command",
+    "validate-traces": "kpurgatory.conformance.spark.validate:validate_command",
+    "record": "kpurgatory.conformance.spark.record:record_command",
+    "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",
+    "spark-bench": "kpurgatory.conformance.spark.bench:bench_command",
 }
 
 

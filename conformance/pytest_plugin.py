@@ -5,12 +5,19 @@ their own test run:
         for trace in kpurgatory_scenarios.values():
             if trace.header.profile == "timer":
                 assert kpurgatory_replay(trace, MyAdapter()).ok
+
+    def test_my_timer_passes_the_check(kpurgatory_check):
+        kpurgatory_check(MyAdapter, profile="timer")   # fails with the counterexample's step table and path
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Callable
+
 import pytest
 
+from kpurgatory.conformance.check import CheckResult, run_check
 from kpurgatory.conformance.replay import ReplayReport, replay, scenarios
 from kpurgatory.conformance.sut import SystemUnderTest
 from kpurgatory.conformance.trace import Trace
@@ -35,3 +42,19 @@ def kpurgatory_replay():
             system.close()
 
     return run
+
+
+@pytest.fixture
+def kpurgatory_check(tmp_path: Path):
+    """``check(factory, profile=..., level="exact", examples=..., steps=..., seed=None)``: run the conformance check
+    (`kpurgatory.conformance.check.run_check`) on the systems ``factory`` makes. A failure fails the test with the
+    step table, the seed and the path of the counterexample trace (under the test's tmp_path) to replay with
+    ``kpurgatory replay``; a pass returns the `CheckResult` (coverage, distinct states, ...)."""
+
+    def check(factory: Callable[[], SystemUnderTest], *, profile: str, **options) -> CheckResult:
+        result = run_check(factory, profile=profile, out_dir=tmp_path / "kpurgatory", **options)
+        if not result.passed:
+            pytest.fail(result.failure_report(), pytrace=False)
+        return result
+
+    return check

@@ -16,6 +16,8 @@ from kpurgatory.model import vocabulary as v
 OP_IDS = tuple(f"o{i}" for i in range(8))
 KEYS = tuple(f"k{i}" for i in range(5))
 TASK_IDS = tuple(f"t{i}" for i in range(10))
+#: an op's condition: never by count (set_ready only), ready on the first, second or third tryComplete
+READY_ON = st.sampled_from([None, None, 1, 2, 3])
 
 
 @st.composite
@@ -41,9 +43,13 @@ def delays(p: v.Params) -> st.SearchStrategy[int]:
     return st.integers(0, 29).flatmap(lambda roll: beyond_long_max if roll == 0 else usual)
 
 
+def gaps(p: v.Params) -> st.SearchStrategy[int]:
+    """How far one advance moves the clock: a few ticks, or far enough to cascade from the fourth level."""
+    return st.one_of(st.integers(0, 3 * p.tick_ms), st.integers(0, p.tick_ms * p.wheel_size ** 3))
+
+
 def advance_to(now: int, p: v.Params) -> st.SearchStrategy[v.Advance]:
-    step = st.one_of(st.integers(0, 3 * p.tick_ms), st.integers(0, p.tick_ms * p.wheel_size ** 3))
-    return step.map(lambda gap: v.Advance(now + gap))
+    return gaps(p).map(lambda gap: v.Advance(now + gap))
 
 
 @st.composite
@@ -78,7 +84,7 @@ def watch_commands(draw, p: v.Params, known: dict[str, int]) -> v.Watch:
     if op in known:
         return v.Watch(op, keys)
     known[op] = draw(delays(p))
-    return v.Watch(op, keys, known[op], draw(st.sampled_from([None, None, 1, 2, 3])))
+    return v.Watch(op, keys, known[op], draw(READY_ON))
 
 
 @st.composite

@@ -6,7 +6,9 @@ The built-in implementation's adapter is ``kpurgatory.conformance.adapters.built
 
 from __future__ import annotations
 
+import functools
 import importlib
+from typing import Callable
 
 import attrs
 import click
@@ -37,16 +39,26 @@ def load_factory(spec: str):
     return factory
 
 
-def open_system(impl: str | None = None, adapter: str | None = None, timeout: float = 10.0) -> Target | None:
-    """The system named by ``--impl`` or ``--adapter`` (at most one), introduced by its hello; None for neither."""
+def system_factory(impl: str | None = None, adapter: str | None = None,
+                   timeout: float = 10.0) -> Callable[[], SystemUnderTest] | None:
+    """What makes a fresh system named by ``--impl`` or ``--adapter`` (at most one); None for neither."""
     if impl and adapter:
         raise click.UsageError("give --impl or --adapter, not both")
     if adapter:
         from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 
-        system: SystemUnderTest = SubprocessSystem(adapter, timeout=timeout)
-    elif impl:
-        system = load_factory(impl)()
-    else:
+        return functools.partial(SubprocessSystem, adapter, timeout=timeout)
+    return load_factory(impl) if impl else None
+
+
+def open_system(impl: str | None = None, adapter: str | None = None, timeout: float = 10.0) -> Target | None:
+    """The system named by ``--impl`` or ``--adapter`` (at most one), introduced by its hello; None for neither."""
+    factory = system_factory(impl, adapter, timeout)
+    if factory is None:
         return None
-    return Target(system, system.hello())
+    system = factory()
+    try:
+        return Target(system, system.hello())
+    except BaseException:
+        system.close()
+        raise

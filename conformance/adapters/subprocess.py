@@ -1,0 +1,208 @@
+"""The subprocess adapter: drive an implementation in any language through the JSON Lines protocol of
+specs/protocol.md (``--adapter "COMMAND ..."``).
+
+The harness must outlive whatever the adapter does, so every way the channel can break ends in one `AdapterError`
+subclass whose message says which way, where, and what the adapter last said on stderr: the process exited
+(`AdapterCrashed`, with its exit code), did not answer in time (`AdapterTimedOut`, then it is killed), wrote a line
+that is not JSON (`AdapterGarbage`), wrote JSON that breaks the protocol (`ProtocolViolation`: schema, seq echo,
+lifecycle), or said it could not execute a request (`AdapterFailed`, the protocol's ``failure`` response). After any
+of them the system is dead: the process group is killed and every later call raises the same error.
+
+Stdout is read line by line by a thread feeding a queue, so a per-request timeout is a bounded ``queue.get``; stderr is
+drained by another thread into a bounded tail, so a chatty adapter can never block on a full pipe.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import queue
+import shlex
+import signal
+import subprocess
+import threading
+from typing import ClassVar
+
+from kpurgatory.conformance.sut import Hello
+from kpurgatory.conformance.trace import command_to_json, observation_from_json, params_to_json, validate
+from kpurgatory.model import vocabulary as v
+
+PROTOCOL_VERSION = 1
+#: longest response line accepted (a wheel read-out of a large run is the biggest legitimate one)
+MAX_LINE_BYTES = 16 * 2**20
+STDERR_TAIL_LINES = 20
+#: how long a process that closed stdout, or was asked to stop, gets to exit before it is killed
+EXIT_GRACE_S = 2.0
+
+
+class AdapterError(Exception):
+    """The adapter could not be driven; ``kind`` names how, and the message starts with it."""
+
+    kind: ClassVar[str] = "adapter error"
+
+    def __init__(self, detail: str, stderr_tail: str = ""):
+        self.detail, self.stderr_tail = detail, stderr_tail
+        message = f"{self.kind}: {detail}"
+        if stderr_tail:
+            message += "\n--- adapter stderr (tail) ---\n" + stderr_tail
+        super().__init__(message)
+
+
+class AdapterCrashed(AdapterError):
+    kind = "adapter crashed"
+
+
+class AdapterTimedOut(AdapterError):
+    kind = "adapter timed out"
+
+
+class AdapterGarbage(AdapterError):
+    kind = "adapter wrote garbage"
+
+
+class ProtocolViolation(AdapterError):
+    kind = "protocol violation"
+
+
+class AdapterFailed(AdapterError):
+    kind = "adapter reported a failure"
+
+
+def shorten(text: str, limit: int = 200) -> str:
+    return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
+
+
+class SubprocessSystem:
+    """`SystemUnderTest` over a child process speaking the protocol on stdin/stdout (``command`` is split with
+    shlex and run without a shell)."""
+
+    def __init__(self, command: str, timeout: float = 10.0):
+        self.command, self.timeout = command, timeout
+        self.next_seq = 0
+        self.broken: AdapterError | None = None
+        self.responses: queue.Queue[bytes | None] = queue.Queue()
+        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        try:
+            self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                            stderr=subprocess.PIPE, start_new_session=True)
+        except (OSError, ValueError) as error:
+            raise AdapterCrashed(f"cannot start {command!r}: {error}") from None
+        self.readers = [threading.Thread(target=self._read_stdout, daemon=True),
+                        threading.Thread(target=self._read_stderr, daemon=True)]
+        for reader in self.readers:
+            reader.start()
+
+    # --- SystemUnderTest --------------------------------------------------------------------------------------
+
+    def hello(self) -> Hello:
+        result = self._lifecycle("hello", {"protocol_version": PROTOCOL_VERSION})
+        try:
+            validate("hello_result", result)
+        except ValueError as error:
+            raise self._break(ProtocolViolation(f"hello result: {error}")) from None
+        return Hello(result["implementation"], result["profiles"], result.get("features", ()),
+                     result["protocol_version"])
+
+    def init(self, profile: str, params: v.Params) -> None:
+        result = self._lifecycle("init", {"profile": profile, "params": params_to_json(params)})
+        if result is not None:
+            raise self._break(ProtocolViolation(f"init result must be null, got {shorten(repr(result))}"))
+
+    def step(self, command: v.Command) -> v.Observation:
+        return observation_from_json(self.request(command.name, command_to_json(command)["args"]))
+
+    def close(self) -> None:
+        """End of input asks the adapter to exit; one that does not within the grace period is killed."""
+        if self.process.poll() is None:
+            try:
+                self.process.stdin.close()
+                self.process.wait(EXIT_GRACE_S)
+            except (OSError, subprocess.TimeoutExpired):
+                self._kill()
+        for reader in self.readers:
+            reader.join(EXIT_GRACE_S)
+
+    # --- the channel ------------------------------------------------------------------------------------------
+
+    def _lifecycle(self, cmd: str, args: dict) -> v.Json:
+        """hello and init answer with a result and nothing else."""
+        response = self.request(cmd, args)
+        if response.get("events") or "error" in response:
+            raise self._break(ProtocolViolation(f"{cmd} must answer with no events and no error, got "
+                                                f"{shorten(json.dumps(response))}"))
+        return response["result"]
+
+    def request(self, cmd: str, args: dict) -> dict:
+        """Send one request and return its validated response document."""
+        if self.broken is not None:
+            raise self.broken
+        seq, self.next_seq = self.next_seq, self.next_seq + 1
+        what = f"request {seq} ({cmd})"
+        try:
+            self.process.stdin.write(json.dumps({"seq": seq, "cmd": cmd, "args": args}).encode() + b"\n")
+            self.process.stdin.flush()
+        except OSError:
+            raise self._crashed(what) from None
+        try:
+            line = self.responses.get(timeout=self.timeout)
+        except queue.Empty:
+            raise self._break(AdapterTimedOut(f"no response to {what} within {self.timeout:g} s; killed it",
+                                              self._stderr())) from None
+        if line is None:
+            raise self._crashed(what)
+        return self._decode(line, seq, what)
+
+    def _decode(self, line: bytes, seq: int, what: str) -> dict:
+        if not line.endswith(b"\n") and len(line) > MAX_LINE_BYTES:
+            raise self._break(AdapterGarbage(f"a line longer than {MAX_LINE_BYTES} bytes in answer to {what}"))
+        text = line.decode("utf-8", errors="replace").rstrip("\r\n")
+        try:
+            response = json.loads(text)
+        except json.JSONDecodeError as error:
+            raise self._break(AdapterGarbage(f"in answer to {what}, a line that is not JSON ({error.msg}): "
+                                             f"{shorten(text)!r}", self._stderr())) from None
+        try:
+            validate("response", response)
+        except ValueError as error:
+            raise self._break(ProtocolViolation(f"response to {what}: {error}: {shorten(text)}")) from None
+        if response["seq"] != seq:
+            raise self._break(ProtocolViolation(f"response seq {response['seq']} to {what}: responses must echo "
+                                                f"their request's seq"))
+        if "failure" in response:
+            raise self._break(AdapterFailed(f"{what}: {response['failure']}", self._stderr()))
+        return response
+
+    def _crashed(self, what: str) -> AdapterError:
+        try:
+            code = self.process.wait(EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            return self._break(ProtocolViolation(f"closed its stdout before answering {what} but kept running",
+                                                 self._stderr()))
+        self.readers[1].join(EXIT_GRACE_S)  # let the stderr tail catch up with the exit
+        return self._break(AdapterCrashed(f"exited with code {code} before answering {what}", self._stderr()))
+
+    def _break(self, error: AdapterError) -> AdapterError:
+        self.broken = error
+        self._kill()
+        return error
+
+    def _kill(self) -> None:
+        if self.process.poll() is None:
+            try:
+                os.killpg(self.process.pid, signal.SIGKILL)  # the adapter and whatever it started
+            except ProcessLookupError:
+                pass
+            self.process.wait()
+
+    def _stderr(self) -> str:
+        return "\n".join(self.stderr_tail)
+
+    def _read_stdout(self) -> None:
+        while line := self.process.stdout.readline(MAX_LINE_BYTES + 1):
+            self.responses.put(line)
+        self.responses.put(None)
+
+    def _read_stderr(self) -> None:
+        for line in self.process.stderr:
+            self.stderr_tail.append(line.decode("utf-8", errors="replace").rstrip())

@@ -1,0 +1,314 @@
+"""Checking an implementation against the model with generated runs: `run_check` and ``kpurgatory check``.
+
+``run_check(factory, profile=...)`` explores runs of one profile with the conformance state machine
+(`conformance.machine`), deterministically from ``seed``, and returns a `CheckResult`. On a failure the result
+carries the shrunk counterexample as a trace of the model's observations — a test vector that
+``kpurgatory replay TRACE --impl/--adapter`` reproduces and anyone can read — and the step table of the system
+against the model at the step where they part. A system that breaks the protocol (crash, hang, garbage) ends the
+check at once; its partial run is the counterexample, unshrunk.
+
+The command checks the built-in implementation on both profiles unless told otherwise, shows progress, a summary
+and the coverage reached, writes counterexamples to ``--out`` and optionally a JUnit report, and exits 1 on any
+failure.
+"""
+
+from __future__ import annotations
+
+import io
+import random
+import shlex
+import sys
+import time
+import xml.etree.ElementTree as ET
+from pathlib import Path
+from typing import Callable
+
+import attrs
+import click
+import hypothesis
+from hypothesis import HealthCheck, Phase, Verbosity
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kpurgatory.conformance.adapters import BUILTIN, system_factory
+from kpurgatory.conformance.adapters.subprocess import AdapterError
+from kpurgatory.conformance.compare import LEVELS
+from kpurgatory.conformance.machine import Abort, Session, Stop, machine_class
+from kpurgatory.conformance.replay import ReplayReport, print_report, with_target_options
+from kpurgatory.conformance.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.trace import Header, Trace, write_traces
+from kpurgatory.model import vocabulary as v
+
+#: the default budget per profile: about 20 s of CPU each for the built-in implementation (kpurgatory check)
+DEFAULT_EXAMPLES = 500
+DEFAULT_STEPS = 60
+
+
+@attrs.frozen
+class CheckResult:
+    """The verdict of one profile's check. ``coverage`` maps every coverage item of the profile to how often the
+    model's state reached it; ``counterexample`` is the shrunk failing run (for a broken adapter: the run up to
+    the break, not shrunk, and ``shrunk_length`` is None); ``report`` is the system's run of it against the
+    model, for `replay.print_report`."""
+
+    passed: bool
+    profile: str
+    level: str
+    seed: int
+    implementation: str
+    examples_run: int
+    steps_run: int
+    distinct_states: int
+    coverage: dict[str, int]
+    elapsed_s: float
+    failure_summary: str = ""
+    counterexample: Trace | None = None
+    report: ReplayReport | None = None
+    time_to_first_failure_s: float | None = None
+    shrunk_length: int | None = None
+    shrink_runs: int = 0
+    trace_path: Path | None = None
+    table_path: Path | None = None
+
+    def failure_report(self) -> str:
+        """The failure as plain text: what, the step table, and where the counterexample is."""
+        lines = [f"{self.implementation} fails the {self.profile} profile at level {self.level} (seed {self.seed}): "
+                 f"{self.failure_summary}"]
+        if self.report is not None:
+            lines.append(render(self.report))
+        if self.trace_path is not None:
+            lines.append(f"counterexample: {self.trace_path}")
+        return "\n".join(lines)
+
+
+def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, level: str = "exact",
+              examples: int = DEFAULT_EXAMPLES, steps: int = DEFAULT_STEPS, seed: int | None = None,
+              out_dir: str | Path | None = None,
+              on_example: Callable[[Session], None] | None = None) -> CheckResult:
+    """Check the systems ``system_factory`` makes (one, initialised afresh for each example) on ``profile``.
+
+    ``examples`` runs of up to ``steps`` commands are generated from ``seed`` (a fresh random one when None; the
+    result says which), so the same seed and system give the same result. With ``out_dir`` a counterexample is
+    written there as ``check-PROFILE-SEED.jsonl`` plus its step table as ``.txt``. ``on_example`` is called after
+    every example with the `Session` (examples, steps, coverage, shrink_runs so far) for progress displays."""
+    if profile not in v.PROFILES or level not in LEVELS:
+        raise ValueError(f"profile must be one of {v.PROFILES} and level one of {LEVELS}; got {profile!r}, {level!r}")
+    seed = random.randrange(2**32) if seed is None else seed
+    started = time.monotonic()
+    system = system_factory()
+    try:
+        try:
+            hello = system.hello()
+        except AdapterError as error:
+            return CheckResult(False, profile, level, seed, "?", 0, 0, 0, {}, time.monotonic() - started,
+                               f"hello: system failed: {error}")
+        if profile not in hello.profiles:
+            raise ValueError(f"{hello.implementation} implements {', '.join(hello.profiles)}, not {profile}")
+        session = Session(system, hello, profile, level, on_example)
+        stop = explore(session, examples, steps, seed)
+    finally:
+        system.close()
+    summary = dict(profile=profile, level=level, seed=seed, implementation=hello.implementation,
+                   examples_run=session.examples, steps_run=session.steps,
+                   distinct_states=len(session.coverage.states), coverage=session.coverage.report(),
+                   elapsed_s=time.monotonic() - started, shrink_runs=session.shrink_runs)
+    if stop is None:
+        return CheckResult(True, **summary)
+    trace_id = f"check-{profile}-{seed}"
+    description = (f"counterexample from `kpurgatory check --profile {profile} --level {level} --seed {seed}` "
+                   f"against {hello.implementation}: {stop.summary}")
+    counterexample = Trace(Header(trace_id, profile, stop.params, description=description), stop.steps)
+    report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error)
+    trace_path = table_path = None
+    if out_dir is not None:
+        trace_path = write_traces(Path(out_dir) / f"{trace_id}.jsonl", counterexample)
+        table_path = trace_path.with_suffix(".txt")
+        table_path.write_text(render(report))
+    return CheckResult(False, **summary, failure_summary=stop.summary, counterexample=counterexample,
+                       report=report, time_to_first_failure_s=session.first_failure_s,
+                       shrunk_length=None if isinstance(stop, Abort) else len(stop.steps),
+                       trace_path=trace_path, table_path=table_path)
+
+
+def explore(session: Session, examples: int, steps: int, seed: int) -> Stop | None:
+    """Run the state machine; the shrunk divergence or the abort that ended it, or None when every example passed."""
+    settings = hypothesis.settings(
+        max_examples=examples, stateful_step_count=steps, database=None, deadline=None, derandomize=False,
+        suppress_health_check=list(HealthCheck), report_multiple_bugs=False, verbosity=Verbosity.quiet,
+        phases=(Phase.explicit, Phase.generate, Phase.shrink), print_blob=False,
+    )
+    try:
+        run_state_machine_as_test(hypothesis.seed(seed)(machine_class(session)), settings=settings)
+    except Stop as stop:
+        return stop
+    except Flaky:
+        if session.shortest is None:
+            raise
+        stop = session.shortest
+        stop.summary += (" (did not reproduce when Hypothesis replayed it: is the system deterministic? this is the "
+                         "shortest failing run seen)")
+        return stop
+    return None
+
+
+def render(report: ReplayReport) -> str:
+    """The step table and verdict of ``report`` as plain text."""
+    console = Console(file=io.StringIO(), width=160, color_system=None)
+    print_report(console, report, window=None)
+    return console.file.getvalue()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# JUnit
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def write_junit(path: Path, results: list[CheckResult]) -> None:
+    """One test suite, one test case per profile; a failure's text is its step table."""
+    failures = sum(not result.passed for result in results)
+    elapsed = f"{sum(result.elapsed_s for result in results):.3f}"
+    suite = ET.Element("testsuite", name=f"kpurgatory check: {results[0].implementation}",
+                       tests=str(len(results)), failures=str(failures), errors="0", time=elapsed)
+    for result in results:
+        case = ET.SubElement(suite, "testcase", classname="kpurgatory.check",
+                             name=f"{result.profile} ({result.level})", time=f"{result.elapsed_s:.3f}")
+        properties = ET.SubElement(case, "properties")
+        for name in ("seed", "examples_run", "steps_run", "distinct_states"):
+            ET.SubElement(properties, "property", name=name, value=str(getattr(result, name)))
+        if not result.passed:
+            failure = ET.SubElement(case, "failure", message=result.failure_summary.splitlines()[0],
+                                    type="counterexample" if result.counterexample else "error")
+            failure.text = result.failure_report()
+    suites = ET.Element("testsuites", name="kpurgatory", tests=str(len(results)), failures=str(failures),
+                        time=elapsed)
+    suites.append(suite)
+    tree = ET.ElementTree(suites)
+    ET.indent(tree)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def summary_table(results: list[CheckResult]) -> Table:
+    first = results[0]
+    table = Table(title=f"{first.implementation} against the model (level {first.level}, seed {first.seed})",
+                  caption="states: distinct shapes of the model's state visited; coverage: items reached")
+    for column in ("profile", "verdict", "examples", "steps", "states", "coverage", "time"):
+        table.add_column(column, justify="left" if column in ("profile", "verdict") else "right", no_wrap=True)
+    for result in results:
+        reached = sum(count > 0 for count in result.coverage.values())
+        table.add_row(result.profile, "[green]pass[/]" if result.passed else "[bold red]FAIL[/]",
+                      str(result.examples_run), str(result.steps_run), str(result.distinct_states),
+                      f"{reached}/{len(result.coverage)}", f"{result.elapsed_s:.0f} s")
+    return table
+
+
+def coverage_table(results: list[CheckResult]) -> Table:
+    """Coverage items as rows, profiles as columns; an item a profile never reached shows in red."""
+    table = Table(title="coverage: how often the model's state reached each item")
+    table.add_column("item")
+    for result in results:
+        table.add_column(result.profile, justify="right")
+    items = list(dict.fromkeys(item for result in results for item in result.coverage))
+    for item in items:
+        cells = [("" if item not in result.coverage else
+                  str(result.coverage[item]) if result.coverage[item] else "[red]0[/]") for result in results]
+        table.add_row(item, *cells)
+    return table
+
+
+def target_flags(impl: str | None, adapter: str | None, level: str) -> str:
+    flags = f"--adapter {shlex.quote(adapter)}" if adapter else f"--impl {impl}"
+    return flags + (f" --level {level}" if level != "exact" else "")
+
+
+def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
+    """The hello of a system made for the purpose (it says which profiles to check)."""
+    system = factory()
+    try:
+        return system.hello()
+    finally:
+        system.close()
+
+
+@click.command("check")
+@with_target_options
+@click.option("--profile", type=click.Choice(v.PROFILES), help="Check one profile [default: every profile the "
+                                                                "implementation declares in its hello].")
+@click.option("--examples", type=click.IntRange(1), default=DEFAULT_EXAMPLES, show_default=True,
+              help="Runs to generate per profile.")
+@click.option("--steps", type=click.IntRange(1), default=DEFAULT_STEPS, show_default=True,
+              help="Commands per run, at most.")
+@click.option("--seed", type=click.IntRange(0), help="Seed of the generated runs [default: a fresh one, printed].")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out"),
+              show_default=True, help="Where counterexamples are written.")
+@click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report.")
+def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit):
+    """Check an implementation against the model with generated runs (the built-in one by default).
+
+    Hypothesis drives the model and the implementation side by side; on a divergence it shrinks the run to a
+    minimal counterexample, written to --out as a trace that `kpurgatory replay` reproduces. Exits 0 when every
+    profile passes, 1 otherwise."""
+    console = Console()
+
+    def plain(text: str) -> None:
+        """Paths and commands: never wrapped or styled, so they can be copied."""
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    impl = None if adapter else impl or BUILTIN
+    factory = system_factory(impl, adapter, timeout)
+    try:
+        hello = introduce(factory)
+    except AdapterError as error:
+        plain(f"FAIL hello: system failed: {error}")
+        sys.exit(1)
+    if profile and profile not in hello.profiles:
+        raise click.UsageError(f"{hello.implementation} implements {', '.join(hello.profiles)}, not {profile}")
+    profiles = [profile] if profile else [p for p in v.PROFILES if p in hello.profiles]
+    seed = random.randrange(2**32) if seed is None else seed
+    console.print(f"checking {hello.implementation} ({', '.join(profiles)}; level {level}; "
+                  f"{examples} examples of up to {steps} steps; seed {seed})")
+    results = []
+    for name in profiles:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console) as progress:
+            task = progress.add_task(f"{name:9}", total=examples, detail="")
+
+            def show(session: Session) -> None:
+                detail = (f"shrinking: {session.shrink_runs} runs" if session.shrinking else
+                          f"{session.steps} steps, {len(session.coverage.states)} states")
+                progress.update(task, completed=session.examples, total=max(examples, session.examples),
+                                detail=detail)
+
+            results.append(run_check(factory, profile=name, level=level, examples=examples, steps=steps,
+                                     seed=seed, out_dir=out, on_example=show))
+    console.print(summary_table(results))
+    if passing := [result for result in results if result.passed]:  # a failed run's coverage stops at its failure
+        console.print(coverage_table(passing))
+    for result in results:
+        if result.passed:
+            continue
+        console.rule(f"[bold red]{result.profile}: FAIL")
+        if result.report is not None:
+            print_report(console, result.report, window=None)
+            shrunk = (f"shrunk to {result.shrunk_length} steps in {result.shrink_runs} runs"
+                      if result.shrunk_length is not None else "not shrunk: the system broke the protocol")
+            console.print(f"first failure after {result.time_to_first_failure_s:.1f} s, {shrunk}")
+            plain(f"counterexample: {result.trace_path}\nstep table:     {result.table_path}")
+            plain(f"replay:         kpurgatory replay {result.trace_path} {target_flags(impl, adapter, level)}")
+        else:
+            plain(result.failure_summary)
+        plain(f"re-run:         kpurgatory check {target_flags(impl, adapter, level)} --profile {result.profile} "
+              f"--examples {examples} --steps {steps} --seed {seed}")
+    if junit:
+        write_junit(junit, results)
+    all_passed = len(passing) == len(results)
+    console.print(f"{'[green]PASS[/]' if all_passed else '[bold red]FAIL[/]'} seed {seed}")
+    sys.exit(0 if all_passed else 1)

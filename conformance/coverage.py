@@ -1,0 +1,155 @@
+"""What a check reached, read off the reference model's state around each step.
+
+A passing check is only as good as the states it visited. `Coverage` names the situations where Kafka's purgatory
+and wheel are subtle or have had bugs (kafka-semantics §2.6 and §4: cascades, early firing, wheel lag, stale
+entries, the purge trigger's strict inequality, ...) and counts how often each happened; `state_shape` abstracts the
+model's state (times relative to the clock, ids dropped, counters clamped) so that the number of distinct shapes
+says how much of the state space the steps explored rather than how many steps ran.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import attrs
+
+from kpurgatory.model import Model
+from kpurgatory.model import vocabulary as v
+from kpurgatory.model.timer import SystemTimer
+
+TIMER_ITEMS = (
+    "entry at level 2", "entry at level 3", "entry at level 4+", "cascade", "cascade from level 3+",
+    "fired from an overflow level", "fired on add", "fired early (tick > 1)", "added to a lagging wheel",
+    "re-added while pending", "cancelled while pending", "delay_out_of_range", "shutdown with pending entries",
+)
+PURGATORY_ITEMS = TIMER_ITEMS + (
+    "completed via try", "completed via check", "completed via expire", "completed via force",
+    "ready on second try", "re-watched op", "re-watched completed op", "watched on duplicate keys",
+    "stale entry", "stale entry dropped by check", "cancel_key of a live op", "purge fired",
+    "purge fired at the boundary", "purge held at the boundary", "purge of nothing", "empty_keys",
+)
+ITEMS = {"timer": TIMER_ITEMS, "purgatory": PURGATORY_ITEMS}
+
+
+def entry_places(timer: SystemTimer) -> dict[str, tuple[int, int]]:
+    """task or op id -> (level, expiration) of every pending entry; level 1 is the finest wheel."""
+    return {entry.task.task_id: (level, entry.expiration_ms)
+            for level, wheel in enumerate(timer.timing_wheel.levels(), start=1)
+            for bucket in wheel.buckets for entry in bucket.entries}
+
+
+@attrs.frozen
+class Before:
+    """The part of the state before a step that its coverage is judged against."""
+
+    now_ms: int
+    wheel_ms: int
+    entries: dict[str, tuple[int, int]]
+    estimated_total: int
+    #: watch: (completed, tryComplete calls) of the op if it already existed
+    op: tuple[bool, int] | None
+    #: check: whether the key's list held a completed op
+    stale_on_key: bool
+
+    @classmethod
+    def of(cls, model: Model, command: v.Command) -> Before:
+        op = model.ops.get(command.op) if isinstance(command, v.Watch) else None
+        listed = model.purgatory.watchers.get(command.key, ()) if isinstance(command, v.Check) else ()
+        return cls(model.now_ms, model.timer.timing_wheel.current_time_ms, entry_places(model.timer),
+                   model.purgatory.estimated_total_operations, op and (op.completed, op.try_calls),
+                   any(op.completed for op in listed))
+
+
+@attrs.define
+class Coverage:
+    profile: str
+    counts: Counter = attrs.field(factory=Counter)
+    states: set[int] = attrs.field(factory=set)
+
+    def report(self) -> dict[str, int]:
+        """Every item of the profile, reached or not, in a fixed order."""
+        return {item: self.counts[item] for item in ITEMS[self.profile]}
+
+    def hit(self, item: str, times: int | bool = 1) -> None:
+        if times:
+            self.counts[item] += times
+
+    def record(self, model: Model, command: v.Command, observation: v.Observation, before: Before) -> None:
+        self.states.add(hash(state_shape(model)))
+        ok = observation.error is None
+        if not ok:
+            self.hit(observation.error)
+        after = entry_places(model.timer)
+        top = max((level for level, _ in after.values()), default=1)
+        if top > 1:
+            self.hit(f"entry at level {top}" if top < 4 else "entry at level 4+")
+        moved_down = [before.entries[task][0] for task, (level, _) in after.items()
+                      if task in before.entries and level < before.entries[task][0]]
+        self.hit("cascade", len(moved_down))
+        self.hit("cascade from level 3+", sum(level >= 3 for level in moved_down))
+
+        target = getattr(command, "task", getattr(command, "op", None))
+        adds = ok and isinstance(command, (v.TimerAdd, v.Watch))
+        deadlines = {task: expiration for task, (_, expiration) in before.entries.items()}
+        if adds:
+            delay = command.delay_ms if isinstance(command, v.TimerAdd) else model.ops[command.op].delay_ms
+            deadlines[target] = before.now_ms + delay
+            self.hit("re-added while pending", target in before.entries)
+            self.hit("added to a lagging wheel", before.wheel_ms + model.params.tick_ms <= before.now_ms)
+        fired = [e.task if isinstance(e, v.Run) else e.op for e in observation.events
+                 if isinstance(e, v.Run) or (isinstance(e, v.Complete) and e.via == "expire")]
+        self.hit("fired on add", adds and bool(fired))
+        self.hit("fired early (tick > 1)", sum(model.now_ms < deadlines[task] for task in fired))
+        self.hit("fired from an overflow level", sum(before.entries.get(task, (1,))[0] > 1 for task in fired))
+        self.hit("cancelled while pending", isinstance(command, (v.TimerCancel, v.Cancel)) and target in before.entries)
+        self.hit("shutdown with pending entries", isinstance(command, v.Shutdown) and bool(observation.result))
+        if self.profile == "purgatory":
+            self.record_purgatory(model, command, observation, before)
+
+    def record_purgatory(self, model: Model, command: v.Command, observation: v.Observation, before: Before) -> None:
+        for event in observation.events:
+            if isinstance(event, v.Complete):
+                self.hit(f"completed via {event.via}")
+        self.hit("stale entry", any(op.completed for ops in model.purgatory.watchers.values() for op in ops))
+        if isinstance(command, v.Watch) and observation.error is None:
+            was_completed, tries_before = before.op or (False, 0)
+            if before.op is not None:
+                self.hit("re-watched completed op" if was_completed else "re-watched op")
+            self.hit("ready on second try",
+                     observation.result is True and model.ops[command.op].try_calls - tries_before == 2)
+            self.hit("watched on duplicate keys", len(set(command.keys)) < len(command.keys) and not was_completed)
+        self.hit("stale entry dropped by check", isinstance(command, v.Check) and before.stale_on_key)
+        self.hit("cancel_key of a live op", isinstance(command, v.CancelKey) and
+                 any(not model.ops[op].completed for op in observation.result))
+        if isinstance(command, v.Advance):
+            # the trigger compared the estimate before the step with the timer's size after the drain
+            pressure = before.estimated_total - model.timer.size() - model.params.purge_interval
+            purges = [e for e in observation.events if isinstance(e, v.Purge)]
+            self.hit("purge fired", bool(purges))
+            self.hit("purge of nothing", bool(purges) and purges[0].count == 0)
+            self.hit("purge fired at the boundary", bool(purges) and pressure == 1)
+            # with purge_interval 0, holding at the boundary only means nothing has completed
+            self.hit("purge held at the boundary", not purges and pressure == 0 and model.params.purge_interval > 0)
+
+
+def state_shape(model: Model) -> tuple:
+    """The model's state up to renaming ids and shifting time: per wheel level its lag behind the clock and its
+    non-empty buckets by slot relative to the current one; per watch list its entries' op states; how far the
+    purge trigger is from firing. Only integers and booleans, so hashes are stable across processes."""
+    timer = model.timer
+    wheels = []
+    for wheel in timer.timing_wheel.levels():
+        current = wheel.current_time_ms // wheel.tick_ms
+        lag = min((timer.now_ms - wheel.current_time_ms) // wheel.tick_ms, 2)
+        buckets = tuple(sorted(((slot - current) % wheel.wheel_size, len(bucket))
+                               for slot, bucket in enumerate(wheel.buckets) if bucket.entries))
+        wheels.append((lag, buckets))
+
+    def op_state(op) -> tuple:
+        tries_to_go = -1 if op.ready_on is None else max(op.ready_on - op.try_calls, 0)
+        return op.completed, op.ready, tries_to_go, op.entry is not None
+
+    purgatory = model.purgatory
+    lists = tuple(sorted(tuple(op_state(op) for op in ops) for ops in purgatory.watchers.values()))
+    pressure = purgatory.estimated_total_operations - timer.size() - purgatory.purge_interval
+    return model.params.tick_ms, model.params.wheel_size, tuple(wheels), lists, max(min(pressure, 1), -2)

@@ -1,0 +1,88 @@
+"""The subprocess adapter: a correct adapter passes through it; one that crashes, hangs, writes garbage or breaks the
+protocol ends the check with a report of which, and its partial run replays to the same break."""
+
+import functools
+import sys
+from pathlib import Path
+
+import pytest
+
+from kpurgatory.conformance.adapters import open_system
+from kpurgatory.conformance.adapters import subprocess as adapter_module
+from kpurgatory.conformance.adapters.subprocess import AdapterCrashed, SubprocessSystem
+from kpurgatory.conformance.check import run_check
+from kpurgatory.conformance.replay import replay
+from kpurgatory.conformance.trace import read_traces
+
+REFERENCE = "kpurgatory.conformance.adapters.reference:factory"
+MISBEHAVING = f"{sys.executable} {Path(__file__).with_name('misbehaving_adapter.py')}"
+SERVED_MODEL = f"{sys.executable} -m kpurgatory.conformance.adapters.stdio {REFERENCE}"
+
+
+def test_the_model_served_over_the_protocol_passes():
+    result = run_check(functools.partial(SubprocessSystem, SERVED_MODEL), profile="purgatory", examples=15,
+                       steps=30, seed=1)
+    assert result.passed, result.failure_summary
+    assert result.steps_run > 100
+
+
+BREAKS = {  # mode: (kind, detail); the adapter misbehaves on request 4, the third command of the first run
+    "crash": ("adapter crashed", "exited with code 3 before answering request 4"),
+    "hang": ("adapter timed out", "no response to request 4"),
+    "garbage": ("adapter wrote garbage", "a line that is not JSON (Expecting value): 'this is not json'"),
+    "wrong-seq": ("protocol violation", "response seq 5 to request 4"),
+    "bad-event": ("protocol violation", "response to request 4"),
+    "failure": ("adapter reported a failure", "the implementation cannot do that"),
+}
+
+
+@pytest.mark.parametrize("mode", sorted(BREAKS))
+def test_a_broken_adapter_ends_the_check_saying_how_and_keeps_the_partial_run(mode, tmp_path):
+    kind, detail = BREAKS[mode]
+    command = f"{MISBEHAVING} {mode} 4"
+    timeout = 2.0 if mode == "hang" else 10.0  # long enough for the adapter to start on a busy machine
+    result = run_check(functools.partial(SubprocessSystem, command, timeout=timeout), profile="timer", examples=5,
+                       steps=10, seed=1, out_dir=tmp_path)
+    assert not result.passed
+    assert f"step 3: system failed: {kind}: " in result.failure_summary and detail in result.failure_summary
+    assert result.shrunk_length is None and result.shrink_runs == 0
+    trace = result.counterexample
+    assert len(trace.steps) == 3 and len(result.report.outcomes) == 2
+    assert read_traces(result.trace_path) == [trace]
+    if mode == "crash":
+        assert "simulated crash: the implementation fell over" in result.failure_summary  # the stderr tail
+    target = open_system(adapter=command, timeout=timeout)
+    try:
+        reproduced = replay(trace, target.system, features=target.hello.features)
+    finally:
+        target.system.close()
+    assert reproduced.error.startswith(f"step 3: system failed: {kind}: ")
+
+
+def test_an_adapter_that_breaks_on_hello_fails_the_check_without_a_trace():
+    result = run_check(functools.partial(SubprocessSystem, f"{MISBEHAVING} crash 0"), profile="timer")
+    assert not result.passed and result.counterexample is None
+    assert result.failure_summary.startswith("hello: system failed: adapter crashed: exited with code 3")
+
+
+def test_a_command_that_cannot_start_is_reported():
+    with pytest.raises(AdapterCrashed, match="cannot start '/no/such/adapter'"):
+        SubprocessSystem("/no/such/adapter")
+
+
+def test_close_kills_an_adapter_that_ignores_end_of_input(monkeypatch):
+    monkeypatch.setattr(adapter_module, "EXIT_GRACE_S", 0.2)
+    system = SubprocessSystem(f"{MISBEHAVING} ignore-eof -1")
+    system.hello()
+    system.close()
+    assert system.process.poll() is not None
+
+
+def test_a_broken_adapter_stays_broken():
+    system = SubprocessSystem(f"{MISBEHAVING} garbage 0")
+    with pytest.raises(adapter_module.AdapterGarbage) as first:
+        system.hello()
+    with pytest.raises(adapter_module.AdapterGarbage) as again:
+        system.hello()
+    assert again.value is first.value and system.process.poll() is not None
+    system.close()
