@@ -25,8 +25,10 @@ keeps only what the observations imply, never the system's internals. Each prope
 
 from __future__ import annotations
 
+import heapq
+import itertools
 from collections import Counter
-from typing import Callable
+from typing import Callable, Iterator
 
 import attrs
 
@@ -41,9 +43,9 @@ class Violation:
     message: str
 
 
-@attrs.define
+@attrs.define(eq=False)
 class Pending:
-    """A scheduled timer entry as the contract sees it."""
+    """A scheduled timer entry as the contract sees it (compared by identity: a re-add is a new entry)."""
 
     expiration_ms: int
 
@@ -54,7 +56,6 @@ class OpState:
     delay_ms: int
     ready: bool = False
     completed: bool = False
-    timer: Pending | None = None
 
     def may_complete_by_condition(self) -> bool:
         return self.ready or self.ready_on is not None
@@ -66,7 +67,12 @@ class ContractMonitor:
     params: v.Params
     now_ms: int = attrs.field(init=False)
     ops: dict[str, OpState] = attrs.field(factory=dict)
+    #: what is pending in the timer: ops (purgatory profile) and tasks (timer profile) by id
+    delayed_ops: dict[str, Pending] = attrs.field(factory=dict)
     tasks: dict[str, Pending] = attrs.field(factory=dict)
+    #: (expiration, order, id, entry) of every scheduling; an entry still pending when its time has passed is late
+    deadlines: list = attrs.field(factory=list)
+    _order: Iterator[int] = attrs.field(factory=itertools.count)
     #: live watch entries per key: ops not completed (a multiset: duplicates count)
     live: dict[str, Counter] = attrs.field(factory=dict)
     #: per key, completed entries that may still be listed (a system may have removed them earlier)
@@ -103,7 +109,20 @@ class ContractMonitor:
             self.fail(prop, f"{command.name} returned {observed!r}; the observations imply {expected!r}")
 
     def pending_in_timer(self) -> list[str]:
-        return sorted([op_id for op_id, op in self.ops.items() if op.timer] + list(self.tasks))
+        return sorted([*self.delayed_ops, *self.tasks])
+
+    def schedule(self, pending: dict[str, Pending], name: str, expiration_ms: int) -> None:
+        entry = pending[name] = Pending(expiration_ms)
+        heapq.heappush(self.deadlines, (expiration_ms, next(self._order), name, entry))
+
+    def overdue(self) -> list[str]:
+        """Entries whose expiration has passed ``now`` and which are still pending, each reported once."""
+        late = []
+        while self.deadlines and self.deadlines[0][0] <= self.now_ms:
+            _, _, name, entry = heapq.heappop(self.deadlines)
+            if self.delayed_ops.get(name) is entry or self.tasks.get(name) is entry:
+                late.append(name)
+        return late
 
     def apply_events(self, command: v.Command, observation: v.Observation) -> list[v.Complete]:
         """Apply every event in order, checking exactly_once, justified and on_time; returns the completions."""
@@ -144,12 +163,13 @@ class ContractMonitor:
                                    f"it is watched on")
         if event.via == "force" and not (isinstance(command, v.Force) and command.op == event.op):
             self.fail("justified", f"{event.op!r} completed via force during {command.name}")
+        pending = self.delayed_ops.pop(event.op, None)
         if event.via == "expire":
-            if op.timer is None:
+            if pending is None:
                 self.fail("justified", f"{event.op!r} expired but was not in the timer")
             else:
-                self.check_not_early(f"op {event.op!r}", op.timer.expiration_ms)
-        op.completed, op.timer = True, None
+                self.check_not_early(f"op {event.op!r}", pending.expiration_ms)
+        op.completed = True
         for key, entries in self.live.items():  # its entries turn stale
             if entries.get(event.op):
                 self.stale.setdefault(key, Counter())[event.op] += entries.pop(event.op)
@@ -166,7 +186,7 @@ class ContractMonitor:
 
     def _on_timer_add(self, command: v.TimerAdd, observation: v.Observation) -> None:
         if observation.error is None:
-            self.tasks[command.task] = Pending(self.now_ms + command.delay_ms)
+            self.schedule(self.tasks, command.task, self.now_ms + command.delay_ms)
         self.apply_events(command, observation)
 
     def _on_timer_cancel(self, command: v.TimerCancel, observation: v.Observation) -> None:
@@ -188,7 +208,7 @@ class ContractMonitor:
             # possibly-stale ones, since a system that succeeds on its first try never lists them
             for key in command.keys:
                 self.live.setdefault(key, Counter())[command.op] += 1
-            op.timer = Pending(self.now_ms + op.delay_ms)  # scheduled unless a try completes it first
+            self.schedule(self.delayed_ops, command.op, self.now_ms + op.delay_ms)  # unless a try completes it
         completions = self.apply_events(command, observation)
         completed_here = any(c.op == command.op and c.via == "try" for c in completions)
         self.expect_result("justified", command, observation.result, completed_here)
@@ -220,7 +240,7 @@ class ContractMonitor:
                                          f"the key's entries are {sorted(live.elements())} plus possibly "
                                          f"{sorted(stale.elements())} completed ones")
         for op_id in live:
-            self.ops[op_id].timer = None
+            self.delayed_ops.pop(op_id, None)
         self.apply_events(command, observation)
 
     def _on_force(self, command: v.Force, observation: v.Observation) -> None:
@@ -238,7 +258,7 @@ class ContractMonitor:
         self.expect_result("justified", command, observation.result, completed_here)
 
     def _on_cancel(self, command: v.Cancel, observation: v.Observation) -> None:
-        self.ops[command.op].timer = None
+        self.delayed_ops.pop(command.op, None)
         self.apply_events(command, observation)
 
     def _on_watched(self, command: v.Watched, observation: v.Observation) -> None:
@@ -258,13 +278,10 @@ class ContractMonitor:
     def _on_advance(self, command: v.Advance, observation: v.Observation) -> None:
         self.now_ms = command.to_ms
         self.apply_events(command, observation)
-        overdue = [name for name, pending in self.all_pending() if pending.expiration_ms <= self.now_ms]
+        overdue = self.overdue()
         if overdue:
             self.fail("on_time", f"still pending after advance to {self.now_ms}, past their expiration: "
                                  f"{', '.join(sorted(overdue))}")
-
-    def all_pending(self) -> list[tuple[str, Pending]]:
-        return [(op_id, op.timer) for op_id, op in self.ops.items() if op.timer] + list(self.tasks.items())
 
     def _on_size(self, command: v.Size, observation: v.Observation) -> None:
         self.apply_events(command, observation)
