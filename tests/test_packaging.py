@@ -32,6 +32,7 @@ def test_wheel_installs_only_the_kpurgatory_namespace(tmp_path):
     site = Path(subprocess.run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                                check=True, capture_output=True, text=True).stdout.strip())
     assert not (site / "model").exists() and not (site / "impl").exists()
-    scenarios = subprocess.run([venv / "bin" / "kpurgatory", "scenarios", "--only", "seed.cascade"],
-                               capture_output=True, text=True, cwd=tmp_path)
-    assert scenarios.returncode == 0, scenarios.stdout + scenarios.stderr
+    for command in (["scenarios", "--only", "seed.cascade"],
+                    ["check", "--examples", "3", "--steps", "10", "--seed", "1", "--out", str(tmp_path / "out")]):
+        run = subprocess.run([venv / "bin" / "kpurgatory", *command], capture_output=True, text=True, cwd=tmp_path)
+        assert run.returncode == 0, run.stdout + run.stderr
