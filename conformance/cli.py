@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, str] = {
     "record": "kpurgatory.conformance.spark.record:record_command",
     "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",
     "spark-bench": "kpurgatory.conformance.spark.bench:bench_command",
+    "prove": "kpurgatory.specs.cli:prove_command",
 }
 
 

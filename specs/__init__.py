@@ -1,0 +1,52 @@
+"""kpurgatory.specs — z3-checked obligations about Kafka's timing wheel and purgatory, with refutations as traces.
+
+Read in this order (each obligation is a function whose docstring states it in words, next to its encoding;
+specs/obligations.md collects the statements, ``kpurgatory prove --markdown`` regenerates it):
+
+  core.py          the registry, outcomes (proved / bound / refuted), z3 queries and lemmas
+  javalong.py      Java's long arithmetic in the encodings z3 gets: 64-bit bit-vectors for searches, integers with
+                   explicit two's-complement wrapping for proofs (and why), unbounded integers for the model
+  wheel.py         the wheel: placement, refusal, clock alignment, overflow levels, cascades, timing; the places
+                   where Java's arithmetic overflows (Kafka findings, executed on `wheel.KafkaWheel`) and the model's
+                   alternatives, proved; the rounded-up bucket mutant
+  purgatory.py     the purgatory as a symbolic transition system over 3 ops and 2 keys: exactly-once, justified
+                   completion, no lost wakeup, counters, no forgotten op (BMC + inductive invariant), the purge rule,
+                   the memory held by stale entries (bound without cancellation, finding with it, the true bound),
+                   the >= purge mutant, and the cross-check against model/
+  interleaving.py  tryCompleteElseWatch, checkAndComplete and forceComplete cut into atomic steps and interleaved:
+                   why Kafka tries twice and cancels after adding to the timer (mutants without either)
+  mutants.py       the spec mutants and `mutant_counterexamples()`, their traces by mutant key
+  cli.py           ``kpurgatory prove [--json] [--out DIR] [--only GLOB] [--jobs N] [--list] [--markdown]``
+
+    from kpurgatory.specs import run, mutant_counterexamples
+    outcomes = run(["wheel.*"])              # {name: Outcome}
+"""
+
+from __future__ import annotations
+
+# Nothing is imported eagerly: the trace codec reads its schema from this package, and `kpurgatory replay` must not
+# pay for z3. The names below are resolved on first use.
+_LAZY = {
+    "REGISTRY": "kpurgatory.specs.core", "Obligation": "kpurgatory.specs.core", "Outcome": "kpurgatory.specs.core",
+    "load_all": "kpurgatory.specs.core", "run_one": "kpurgatory.specs.core", "select": "kpurgatory.specs.core",
+    "mutant_counterexamples": "kpurgatory.specs.mutants",
+}
+
+
+def run(patterns: list[str] | tuple[str, ...] = (), jobs: int = 1):
+    """Run the obligations whose names match ``patterns`` (all by default): {name: Outcome}."""
+    from kpurgatory.specs.cli import run_obligations
+    from kpurgatory.specs.core import select
+
+    return run_obligations(select(patterns), jobs)
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'kpurgatory.specs' has no attribute {name!r}")
+
+
+__all__ = [*_LAZY, "run"]

@@ -1,0 +1,123 @@
+"""``kpurgatory prove``: run every obligation, print what was established, write refutations as traces."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from kpurgatory.conformance.trace import write_traces
+from kpurgatory.specs.core import BOUND, PROVED, REFUTED, Obligation, Outcome, run_named, run_one, select
+
+STYLE = {PROVED: "green", BOUND: "cyan", REFUTED: "yellow"}
+
+
+def run_obligations(obligations: list[Obligation], jobs: int) -> dict[str, Outcome]:
+    """Run the obligations (the expensive ones first when in parallel); results by name, in document order."""
+    if jobs <= 1 or len(obligations) <= 1:
+        return {ob.name: run_one(ob) for ob in obligations}
+    order = sorted(obligations, key=lambda ob: -ob.cost)
+    context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
+        futures = {ob.name: pool.submit(run_named, ob.name) for ob in order}
+        results = {name: future.result() for name, future in futures.items()}
+    return {ob.name: results[ob.name] for ob in obligations}
+
+
+def write_refutations(obligations: list[Obligation], outcomes: dict[str, Outcome], out: Path) -> dict[str, list[str]]:
+    paths: dict[str, list[str]] = {}
+    for ob in obligations:
+        for label, trace in outcomes[ob.name].traces.items():
+            path = write_traces(out / f"{ob.name}.{label}.jsonl", trace)
+            paths.setdefault(ob.name, []).append(str(path))
+    return paths
+
+
+def as_json(obligations, outcomes, paths, seconds: float) -> dict:
+    rows = []
+    for ob in obligations:
+        outcome = outcomes[ob.name]
+        rows.append({
+            "name": ob.name, "kind": ob.kind, "statement": ob.statement, "domain": ob.domain,
+            "method": outcome.method, "result": outcome.status, "expected": ob.expect,
+            "as_expected": outcome.status == ob.expect, "seconds": round(outcome.seconds, 3),
+            "detail": outcome.detail, "witness": outcome.witness,
+            "lemmas": [{"name": n, "result": s, "seconds": round(t, 3)} for n, s, t in outcome.lemmas],
+            "traces": paths.get(ob.name, []),
+        })
+    return {"obligations": rows, "seconds": round(seconds, 3),
+            "ok": all(row["as_expected"] for row in rows)}
+
+
+def print_table(console: Console, obligations, outcomes, paths, seconds: float) -> None:
+    table = Table(title=f"kpurgatory prove: {len(obligations)} obligations in {seconds:.1f}s", show_lines=False)
+    table.add_column("obligation", no_wrap=True)
+    table.add_column("result", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("domain  [dim](method)[/]", overflow="fold", ratio=1)
+    for ob in obligations:
+        outcome = outcomes[ob.name]
+        result = f"[{STYLE.get(outcome.status, 'bold red')}]{outcome.status}[/]"
+        if ob.kind in ("finding", "mutant"):
+            result += f" [dim]({ob.kind})[/]"
+        if outcome.status != ob.expect:
+            result += f" [bold red]✗ expected {ob.expect}[/]"
+        table.add_row(ob.name, result, f"{outcome.seconds:.2f}s", f"{ob.domain} [dim]({outcome.method})[/]")
+    console.print(table)
+    notable = [ob for ob in obligations if outcomes[ob.name].status != PROVED]
+    for ob in notable:
+        outcome = outcomes[ob.name]
+        console.print(f"[bold]{ob.name}[/] ({outcome.status}): {outcome.detail}", soft_wrap=True)
+        for path in paths.get(ob.name, []):
+            console.print(f"    trace: {path}", soft_wrap=True)
+
+
+@click.command("prove")
+@click.option("--json", "as_json_flag", is_flag=True, help="Print the results as JSON instead of a table.")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("prove-out"),
+              show_default=True, help="Where refutation traces are written (one JSON Lines file per trace).")
+@click.option("--only", "only", multiple=True, metavar="PATTERN",
+              help="Run only obligations whose name matches this glob (repeatable), e.g. 'wheel.*'.")
+@click.option("--jobs", "jobs", type=int, default=min(2, os.cpu_count() or 1), show_default=True,
+              help="Obligations run in this many processes.")
+@click.option("--list", "list_only", is_flag=True, help="List the obligations with their statements and exit.")
+@click.option("--markdown", "markdown", is_flag=True, help="Print specs/obligations.md (the statements) and exit.")
+def prove_command(as_json_flag: bool, out: Path, only: tuple[str, ...], jobs: int, list_only: bool,
+                  markdown: bool) -> None:
+    """Run the z3 obligations of specs/ (timing-wheel arithmetic, purgatory invariants, interleavings, findings
+    and mutants) and report, per obligation, its domain, result (proved / bound / refuted) and time.
+
+    Exits 0 when every obligation has its expected result (findings and mutants are expected to be refuted)."""
+    if markdown:
+        from kpurgatory.specs.document import render
+
+        click.echo(render(), nl=False)
+        return
+    obligations = select(only)
+    if not obligations:
+        raise click.BadParameter(f"no obligation matches {', '.join(only)}", param_hint="--only")
+    if list_only:
+        for ob in obligations:
+            click.echo(f"{ob.name}  [{ob.kind}, expected {ob.expect}]\n  domain: {ob.domain}\n  {ob.statement}\n")
+        return
+    start = time.perf_counter()
+    outcomes = run_obligations(obligations, jobs)
+    seconds = time.perf_counter() - start
+    paths = write_refutations(obligations, outcomes, out)
+    report = as_json(obligations, outcomes, paths, seconds)
+    if as_json_flag:
+        click.echo(json.dumps(report, indent=2))
+    else:
+        console = Console()
+        if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns
+            console = Console(width=180)
+        print_table(console, obligations, outcomes, paths, seconds)
+    sys.exit(0 if report["ok"] else 1)

@@ -1,0 +1,261 @@
+"""The machinery every obligation shares: the registry, outcomes, z3 queries and lemmas.
+
+An *obligation* is a Python function whose docstring is its statement in words and whose body is its encoding; the
+`obligation` decorator records its name, the domain it is stated over and the result it is expected to have:
+
+``proved``   z3 showed the negation unsatisfiable (for an inductive invariant: initiation and consecution).
+``bound``    checked up to a stated bound (bounded model checking to a depth, a sample of inputs) and no more.
+``refuted``  z3 produced a model. For a *finding* this is the expected outcome: Kafka's arithmetic or design is
+             wrong there, the counterexample is documented and written as a replayable trace. For a *mutant*
+             (a deliberately broken copy of a spec) it shows that the obligations have teeth.
+
+A *lemma* is a small universally quantified fact that z3 proves on its own; an obligation whose direct query is
+too hard states which lemmas it uses, and its query receives their instances as hypotheses. Every lemma an
+obligation uses is proved in the same run, and its result is part of the obligation's outcome.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import time
+from typing import Callable, Iterable
+
+import attrs
+import z3
+
+from kpurgatory.conformance.trace import Trace
+
+PROVED, REFUTED, BOUND, UNKNOWN, ERROR = "proved", "refuted", "bound", "unknown", "error"
+
+#: what an obligation is: a property of Kafka's design that must hold, a place where Kafka is wrong (a finding),
+#: a property of the model's own choices, or a broken copy of a spec that must be refuted
+KINDS = ("obligation", "finding", "model", "mutant", "support")
+
+DEFAULT_TIMEOUT_MS = 60_000
+
+
+@attrs.define
+class Outcome:
+    """What running an obligation established."""
+
+    status: str
+    method: str = ""
+    detail: str = ""
+    #: named values of the counterexample (refuted) or the bound reached (bound)
+    witness: dict = attrs.field(factory=dict)
+    #: refutations as traces in the shared format, by a short name (written as <obligation>.<name>.jsonl)
+    traces: dict[str, Trace] = attrs.field(factory=dict)
+    lemmas: list[tuple[str, str, float]] = attrs.field(factory=list)
+    seconds: float = 0.0
+
+
+@attrs.frozen
+class Obligation:
+    name: str
+    kind: str
+    domain: str
+    expect: str
+    run: Callable[[], Outcome] = attrs.field(repr=False)
+    #: rough seconds, so that a parallel run starts the long ones first
+    cost: float = 1.0
+
+    @property
+    def statement(self) -> str:
+        """The paragraph in words: the encoding function's docstring, reflowed."""
+        return " ".join((self.run.__doc__ or "").split())
+
+    @property
+    def group(self) -> str:
+        return self.name.split(".")[0]
+
+
+REGISTRY: dict[str, Obligation] = {}
+
+
+def obligation(name: str, *, domain: str, expect: str = PROVED, kind: str = "obligation", cost: float = 1.0):
+    """Register the decorated function (its docstring is the statement) as an obligation."""
+    assert kind in KINDS and expect in (PROVED, REFUTED, BOUND), (name, kind, expect)
+
+    def register(function: Callable[[], Outcome]) -> Callable[[], Outcome]:
+        if name in REGISTRY:
+            raise ValueError(f"obligation {name!r} registered twice")
+        REGISTRY[name] = Obligation(name, kind, domain, expect, function, cost)
+        return function
+
+    return register
+
+
+def load_all() -> dict[str, Obligation]:
+    """Import every spec module (registration happens at import) and return the registry in document order."""
+    import importlib
+
+    for module in MODULE_ORDER:
+        importlib.import_module(module)
+    # document order, whatever order the modules happened to be imported in: by module, then as registered
+    rank = {module: i for i, module in enumerate(MODULE_ORDER)}
+    ordered = sorted(enumerate(REGISTRY.values()), key=lambda item: (rank[item[1].run.__module__], item[0]))
+    return {ob.name: ob for _, ob in ordered}
+
+
+MODULE_ORDER = ("kpurgatory.specs.wheel", "kpurgatory.specs.purgatory", "kpurgatory.specs.interleaving")
+
+
+def select(patterns: Iterable[str] = ()) -> list[Obligation]:
+    registry = load_all()
+    patterns = list(patterns)
+    return [ob for name, ob in registry.items() if not patterns or any(fnmatch.fnmatch(name, p) for p in patterns)]
+
+
+def run_named(name: str) -> Outcome:
+    """Run one obligation by name (what a worker process is given)."""
+    return run_one(load_all()[name])
+
+
+def fresh_z3_context() -> None:
+    """Start the next obligation in a new z3 context. z3's search depends on the terms its context already holds,
+    so without this an obligation's time depends on what ran before it in the same process (measured: 0.6 s alone,
+    20 s after another obligation)."""
+    z3.z3._main_ctx = None
+
+
+def run_one(ob: Obligation) -> Outcome:
+    fresh_z3_context()
+    start = time.perf_counter()
+    try:
+        outcome = ob.run()
+    except Exception as error:  # a broken encoding is reported, not fatal to the run
+        outcome = Outcome(ERROR, detail=f"{type(error).__name__}: {error}")
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Queries
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Answer:
+    status: str  # PROVED (negation unsat), REFUTED (model found) or UNKNOWN
+    model: z3.ModelRef | None = None
+    reason: str = ""
+
+
+def solver(timeout_ms: int = DEFAULT_TIMEOUT_MS, seed: int = 0) -> z3.Solver:
+    s = z3.Solver()
+    s.set("timeout", timeout_ms)
+    s.set("random_seed", seed)
+    return s
+
+
+def prove(hypotheses: Iterable[object], goal: object, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Answer:
+    """Is ``hypotheses => goal`` valid? PROVED, or REFUTED with a model of ``hypotheses and not goal``."""
+    s = solver(timeout_ms)
+    s.add(*hypotheses)
+    s.add(z3.Not(goal))
+    return _answer(s)
+
+
+def find(constraints: Iterable[object], timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Answer:
+    """Is there a model of ``constraints``? REFUTED (a model: the property these constraints violate is refuted)."""
+    s = solver(timeout_ms)
+    s.add(*constraints)
+    return _answer(s)
+
+
+def _answer(s: z3.Solver) -> Answer:
+    result = s.check()
+    if result == z3.unsat:
+        return Answer(PROVED)
+    if result == z3.sat:
+        return Answer(REFUTED, s.model())
+    return Answer(UNKNOWN, reason=s.reason_unknown())
+
+
+def minimise(constraints: Iterable[object], objectives: Iterable[object], timeout_ms: int = DEFAULT_TIMEOUT_MS
+             ) -> Answer:
+    """A model of ``constraints`` with the objectives minimised lexicographically (small, readable counterexamples)."""
+    opt = z3.Optimize()
+    opt.set("timeout", timeout_ms)
+    opt.add(*constraints)
+    for objective in objectives:
+        opt.minimize(objective)
+    result = opt.check()
+    if result == z3.sat:
+        return Answer(REFUTED, opt.model())
+    if result == z3.unsat:
+        return Answer(PROVED)
+    return Answer(UNKNOWN, reason=opt.reason_unknown())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Lemmas
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Lemma:
+    """``for all <variables>: hypothesis => conclusion``, over Java longs in ``backend``.
+
+    ``body(*longs)`` returns (hypothesis, conclusion) for any Long arguments, so the same text is proved once on
+    fresh variables and instantiated inside obligations (calling the lemma gives the instance as an implication).
+    """
+
+    name: str
+    statement: str
+    variables: str
+    body: Callable = attrs.field(repr=False)
+    backend: object = attrs.field(repr=False)
+    #: lemmas this one is proved from, and how to instantiate them on its variables
+    needs: tuple = ()
+    hints: Callable | None = attrs.field(default=None, repr=False)
+
+    def __call__(self, *args) -> object:
+        hypothesis, conclusion = self.body(*args)
+        return z3.Implies(hypothesis, conclusion)
+
+    def prove(self) -> tuple[str, float]:
+        return _prove_lemma(self)
+
+
+_LEMMA_RESULTS: dict[str, tuple[str, float]] = {}
+
+
+def _prove_lemma(lemma: Lemma) -> tuple[str, float]:
+    if lemma.name not in _LEMMA_RESULTS:
+        start = time.perf_counter()
+        values, ranges = lemma.backend.longs(" ".join(f"{lemma.name}.{v}" for v in lemma.variables.split()))
+        hypothesis, conclusion = lemma.body(*values)
+        hints = lemma.hints(*values) if lemma.hints is not None else []
+        answer = prove([ranges, hypothesis, *hints], conclusion)
+        _LEMMA_RESULTS[lemma.name] = (answer.status, time.perf_counter() - start)
+    return _LEMMA_RESULTS[lemma.name]
+
+
+def with_lemmas(lemmas: Iterable[Lemma]) -> tuple[list[tuple[str, str, float]], bool]:
+    """Prove each lemma (and the lemmas it needs); return their results and whether all were proved."""
+    ordered: dict[str, Lemma] = {}
+
+    def visit(lemma: Lemma) -> None:
+        for needed in lemma.needs:
+            visit(needed)
+        ordered.setdefault(lemma.name, lemma)
+
+    for lemma in lemmas:
+        visit(lemma)
+    results = [(lemma.name, *lemma.prove()) for lemma in ordered.values()]
+    return results, all(status == PROVED for _, status, _ in results)
+
+
+def verdict(answer: Answer, method: str, lemmas: list[tuple[str, str, float]] | None = None,
+            lemmas_ok: bool = True, detail: str = "") -> Outcome:
+    """An Outcome for a proof query (the caller builds refutation outcomes itself, with their traces)."""
+    lemmas = lemmas or []
+    if answer.status == PROVED and not lemmas_ok:
+        failed = ", ".join(name for name, status, _ in lemmas if status != PROVED)
+        return Outcome(UNKNOWN, method, f"proved from lemmas that were not all proved: {failed}", lemmas=lemmas)
+    if answer.status == UNKNOWN:
+        return Outcome(UNKNOWN, method, f"z3: {answer.reason}", lemmas=lemmas)
+    if answer.status == REFUTED:
+        return Outcome(REFUTED, method, detail or "z3 found a model of the negation", lemmas=lemmas)
+    return Outcome(PROVED, method, detail, lemmas=lemmas)

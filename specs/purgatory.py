@@ -1,0 +1,1033 @@
+"""The purgatory as a symbolic transition system, checked by bounded model checking and by induction.
+
+The encoding (`step`) is one function from a state and a command to the next state and the observation, written
+with the connectives of `logic` so that it runs on z3 terms *and* on Python values: z3 unrolls it for bounded model
+checking and checks it for inductiveness; the cross-check runs it concretely, side by side with model/, on random
+traces (tests/specs/test_crosscheck.py and the obligation purgatory.crosscheck.model).
+
+Bounds and abstractions, stated once:
+  * ``OPS`` operations (a, b, c) and ``KEYS`` keys (k0, k1). Commands: watch (keys with multiplicity 0..2 each,
+    at least one), set_ready, check, cancel_key, force, try, cancel, advance. Each op's condition is the
+    vocabulary's: ``set_ready`` was called, or its ``ready_on``-th tryComplete has happened.
+  * A watch list is kept as a multiset: ``cnt[k][o]`` entries of op o in key k's list. Every purgatory operation
+    treats an op's entries independently of other ops' (a check walks the list and each op's outcome depends only on
+    its own entries, in order), so the multiset determines every count and completion; only the *order* of check's
+    completions and of cancel_key's result is lost, which observations treat as unordered anyway.
+  * The timer is a deadline per op: ``in_timer`` and ``exp = now + delay``. This is exact for tick 1 and delays
+    >= 1, by the wheel obligations: an entry is never refused on add (E >= now + 1 > clock), never runs before E
+    (wheel.timing.not_early) and runs at the first advance to E or later (wheel.timing.not_late). The cross-check
+    runs the model with wheel sizes 2, 3 and 20, so cascades are exercised.
+  * Ghost state the properties talk about: ``completions`` (onComplete calls), ``via``, ``dropped`` (the op left
+    the timer by cancellation while live), ``watched_on`` (the op was appended to k's list and k not cancelled since),
+    incremental counters ``nd_ctr``/``w_ctr`` kept the way Kafka keeps its task counter, and ``uncounted`` (the op
+    was listed, live and out of the timer at the last purge, so the purge estimate no longer counts it).
+"""
+
+from __future__ import annotations
+
+import functools
+import random
+import time
+from collections import Counter
+from typing import Iterable
+
+import attrs
+import z3
+
+from kpurgatory.conformance.trace import Header, Trace, model_trace
+from kpurgatory.model import Model
+from kpurgatory.model import vocabulary as v
+from kpurgatory.specs.core import BOUND, PROVED, REFUTED, UNKNOWN, Outcome, obligation, solver
+
+OPS, KEYS = 3, 2
+OP_NAMES = ("a", "b", "c")
+KEY_NAMES = ("k0", "k1")
+MAX_MULT, MAX_READY_ON, MAX_PURGE_INTERVAL = 2, 3, 2
+
+# command kinds
+WATCH, SET_READY, CHECK, CANCEL_KEY, FORCE, TRY, CANCEL, ADVANCE = range(8)
+KIND_NAMES = ("watch", "set_ready", "check", "cancel_key", "force", "try", "cancel", "advance")
+ALL_KINDS = tuple(range(8))
+NO_CANCEL_KINDS = (WATCH, SET_READY, CHECK, FORCE, TRY, ADVANCE)
+# via codes
+NONE, VIA_TRY, VIA_CHECK, VIA_EXPIRE, VIA_FORCE = range(5)
+VIA_NAMES = {VIA_TRY: "try", VIA_CHECK: "check", VIA_EXPIRE: "expire", VIA_FORCE: "force"}
+
+#: spec mutants of the purgatory
+MUTANTS = ("purge_ge", "no_second_try")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# logic: connectives that evaluate Python values directly and build z3 terms otherwise
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def If(c, a, b):
+    if isinstance(c, bool):
+        return a if c else b
+    return z3.If(c, a, b)
+
+
+def And(*xs):
+    rest = []
+    for x in xs:
+        if x is False:
+            return False
+        if x is not True:
+            rest.append(x)
+    return True if not rest else rest[0] if len(rest) == 1 else z3.And(*rest)
+
+
+def Or(*xs):
+    rest = []
+    for x in xs:
+        if x is True:
+            return True
+        if x is not False:
+            rest.append(x)
+    return False if not rest else rest[0] if len(rest) == 1 else z3.Or(*rest)
+
+
+def Not(x):
+    return (not x) if isinstance(x, bool) else z3.Not(x)
+
+
+def Implies(a, b):
+    return Or(Not(a), b)
+
+
+def I(b):
+    """A boolean as 0/1."""
+    return If(b, 1, 0)
+
+
+def Sum(xs):
+    total = 0
+    for x in xs:
+        total = total + x
+    return total
+
+
+def Max(a, b):
+    return If(a >= b, a, b)
+
+
+def Eq(a, b):
+    """Equality for Python values (a bool) and z3 terms (a formula) alike."""
+    return a == b
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# State, commands, observations
+# ---------------------------------------------------------------------------------------------------------------
+
+BOOL_OP = ("created", "ready", "completed", "in_timer", "dropped", "uncounted")
+INT_OP = ("tc", "exp", "delay", "ro", "via", "completions")
+GLOBAL = ("now", "est", "P", "nd_ctr", "w_ctr")
+
+
+def state_keys() -> list[tuple]:
+    keys: list[tuple] = [(name,) for name in GLOBAL]
+    keys += [(name, o) for name in BOOL_OP + INT_OP for o in range(OPS)]
+    keys += [(name, k, o) for name in ("cnt", "watched_on") for k in range(KEYS) for o in range(OPS)]
+    return keys
+
+
+def is_bool_key(key: tuple) -> bool:
+    return key[0] in BOOL_OP or key[0] == "watched_on"
+
+
+def initial_state(purge_interval) -> dict:
+    s = {}
+    for key in state_keys():
+        s[key] = False if is_bool_key(key) else 0
+    s[("P",)] = purge_interval
+    return s
+
+
+def symbolic_state(tag: str) -> dict:
+    return {key: (z3.Bool if is_bool_key(key) else z3.Int)(f"{'.'.join(map(str, key))}@{tag}")
+            for key in state_keys()}
+
+
+@attrs.frozen
+class Cmd:
+    """One purgatory command; fields are Python ints or z3 terms. ``mult[k]``: how often key k is in a watch's key
+    list; ``delay``/``ready_on`` (0 = None) are used by the watch that creates the op; ``to``: advance target."""
+
+    kind: object
+    op: object = 0
+    key: object = 0
+    mult: tuple = (1, 0)
+    delay: object = 1
+    ready_on: object = 0
+    to: object = 0
+
+
+def symbolic_cmd(tag: str) -> Cmd:
+    return Cmd(z3.Int(f"kind@{tag}"), z3.Int(f"op@{tag}"), z3.Int(f"key@{tag}"),
+               tuple(z3.Int(f"mult{k}@{tag}") for k in range(KEYS)), z3.Int(f"delay@{tag}"),
+               z3.Int(f"ready_on@{tag}"), z3.Int(f"to@{tag}"))
+
+
+@attrs.frozen
+class Obs:
+    """What a step showed: ``result`` (0/1 for watch/force/try, a count for check; for cancel_key the per-op
+    counts), the completion route per op (0 = none), whether each op's onExpiration ran, and the purge."""
+
+    result: object
+    via: tuple
+    expired: tuple
+    purged: object
+    purge_count: object
+    removed: tuple = ()  # cancel_key: entries removed per op
+
+
+def no_obs(result=0) -> Obs:
+    return Obs(result, (NONE,) * OPS, (False,) * OPS, False, 0, (0,) * OPS)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The transition relation
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def condition(s: dict, o: int, tries):
+    """The op's condition at its ``tries``-th tryComplete: set_ready seen, or ready_on reached."""
+    ro = s[("ro", o)]
+    return Or(s[("ready", o)], And(Not(Eq(ro, 0)), tries >= ro))
+
+
+def complete(n: dict, o: int, when, via: int) -> None:
+    """forceComplete under guard ``when`` (which already implies not completed): CAS, cancel the timer entry,
+    onComplete."""
+    n[("completed", o)] = Or(n[("completed", o)], when)
+    n[("nd_ctr",)] = n[("nd_ctr",)] - I(And(when, n[("in_timer", o)]))
+    n[("in_timer", o)] = And(n[("in_timer", o)], Not(when))
+    n[("completions", o)] = n[("completions", o)] + I(when)
+    n[("via", o)] = If(when, via, n[("via", o)])
+
+
+def listed(s: dict, o: int):
+    return Sum(s[("cnt", k, o)] for k in range(KEYS)) > 0
+
+
+def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
+    """tryCompleteElseWatch(op, keys): try; else append to every key (unless completed), estimated += 1, try again
+    (unless mutant no_second_try); else if still not completed, add to the timer at now + delay."""
+    n = dict(s)
+    result, via = False, []
+    for o in range(OPS):
+        sel = Eq(c.op, o)
+        created = s[("created", o)]
+        n[("created", o)] = Or(created, sel)
+        n[("delay", o)] = If(And(sel, Not(created)), c.delay, s[("delay", o)])
+        n[("ro", o)] = If(And(sel, Not(created)), c.ready_on, s[("ro", o)])
+        done_before = s[("completed", o)]
+        tries1 = s[("tc", o)] + 1
+        win1 = And(sel, condition(n, o, tries1), Not(done_before))
+        phase = And(sel, Not(win1))
+        append = And(phase, Not(done_before))
+        for k in range(KEYS):
+            n[("cnt", k, o)] = s[("cnt", k, o)] + If(append, c.mult[k], 0)
+            n[("watched_on", k, o)] = Or(s[("watched_on", k, o)], And(append, c.mult[k] > 0))
+        n[("w_ctr",)] = n[("w_ctr",)] + If(append, Sum(c.mult), 0)
+        n[("est",)] = n[("est",)] + I(phase)
+        if "no_second_try" in mutants:
+            win2, tries = False, tries1
+        else:
+            tries2 = tries1 + 1
+            win2 = And(phase, condition(n, o, tries2), Not(done_before))
+            tries = If(phase, tries2, tries1)
+        n[("tc", o)] = If(sel, tries, s[("tc", o)])
+        won = Or(win1, win2)
+        complete(n, o, won, VIA_TRY)
+        add = And(phase, Not(win2), Not(done_before))
+        n[("nd_ctr",)] = n[("nd_ctr",)] + I(And(add, Not(s[("in_timer", o)])))
+        n[("in_timer", o)] = Or(n[("in_timer", o)], add)
+        n[("exp", o)] = If(add, s[("now",)] + n[("delay", o)], s[("exp", o)])
+        n[("dropped", o)] = And(s[("dropped", o)], Not(add))
+        n[("uncounted", o)] = And(s[("uncounted", o)], Not(add))
+        result = Or(result, won)
+        via.append(If(won, VIA_TRY, NONE))
+    return n, Obs(I(result), tuple(via), (False,) * OPS, False, 0, (0,) * OPS)
+
+
+def t_set_ready(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
+    n = dict(s)
+    for o in range(OPS):
+        n[("ready", o)] = Or(s[("ready", o)], Eq(c.op, o))
+    return n, no_obs()
+
+
+def t_check(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
+    """checkAndComplete(key): walk the key's entries; an op already completed loses them all; an op not completed
+    is tried once per entry until one try completes it (that entry and the later ones go, the earlier ones stay)."""
+    n = dict(s)
+    result, via = 0, []
+    for o in range(OPS):
+        m = Sum(If(Eq(c.key, k), s[("cnt", k, o)], 0) for k in range(KEYS))
+        done_before = s[("completed", o)]
+        tc, ro = s[("tc", o)], s[("ro", o)]
+        first_ready = If(s[("ready", o)], 1, If(Not(Eq(ro, 0)), Max(1, ro - tc), m + 1))
+        active = And(m > 0, Not(done_before))
+        wins = And(active, first_ready <= m)
+        n[("tc", o)] = tc + If(active, If(wins, first_ready, m), 0)
+        left = If(And(m > 0, done_before), 0, If(wins, first_ready - 1, m))
+        for k in range(KEYS):
+            n[("cnt", k, o)] = If(Eq(c.key, k), left, s[("cnt", k, o)])
+        n[("w_ctr",)] = n[("w_ctr",)] - (m - left)
+        complete(n, o, wins, VIA_CHECK)
+        result = result + I(wins)
+        via.append(If(wins, VIA_CHECK, NONE))
+    return n, Obs(result, tuple(via), (False,) * OPS, False, 0, (0,) * OPS)
+
+
+def t_cancel_key(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
+    """cancelForKey(key): remove the key's list; cancel the timer entry of every op on it (completing nothing)."""
+    n = dict(s)
+    removed = []
+    for o in range(OPS):
+        m = Sum(If(Eq(c.key, k), s[("cnt", k, o)], 0) for k in range(KEYS))
+        was = And(m > 0, s[("in_timer", o)])
+        n[("in_timer", o)] = And(s[("in_timer", o)], Not(was))
+        n[("nd_ctr",)] = n[("nd_ctr",)] - I(was)
+        n[("dropped", o)] = Or(s[("dropped", o)], And(was, Not(s[("completed", o)])))
+        for k in range(KEYS):
+            n[("cnt", k, o)] = If(Eq(c.key, k), 0, s[("cnt", k, o)])
+            n[("watched_on", k, o)] = And(s[("watched_on", k, o)], Not(Eq(c.key, k)))
+        n[("w_ctr",)] = n[("w_ctr",)] - m
+        removed.append(m)
+    return n, Obs(Sum(removed), (NONE,) * OPS, (False,) * OPS, False, 0, tuple(removed))
+
+
+def t_force(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
+    n = dict(s)
+    result, via = False, []
+    for o in range(OPS):
+        win = And(Eq(c.op, o), Not(s[("completed", o)]))
+        complete(n, o, win, VIA_FORCE)
+        result = Or(result, win)
+        via.append(If(win, VIA_FORCE, NONE))
+    return n, Obs(I(result), tuple(via), (False,) * OPS, False, 0, (0,) * OPS)
+
+
+def t_try(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
+    n = dict(s)
+    result, via = False, []
+    for o in range(OPS):
+        sel = Eq(c.op, o)
+        tries = s[("tc", o)] + 1
+        n[("tc", o)] = If(sel, tries, s[("tc", o)])
+        win = And(sel, condition(s, o, tries), Not(s[("completed", o)]))
+        complete(n, o, win, VIA_TRY)
+        result = Or(result, win)
+        via.append(If(win, VIA_TRY, NONE))
+    return n, Obs(I(result), tuple(via), (False,) * OPS, False, 0, (0,) * OPS)
+
+
+def t_cancel(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
+    n = dict(s)
+    for o in range(OPS):
+        was = And(Eq(c.op, o), s[("in_timer", o)])
+        n[("in_timer", o)] = And(s[("in_timer", o)], Not(was))
+        n[("nd_ctr",)] = n[("nd_ctr",)] - I(was)
+        n[("dropped", o)] = Or(s[("dropped", o)], And(was, Not(s[("completed", o)])))
+    return n, no_obs()
+
+
+def purge_due(est, delayed, interval, mutants):
+    """Kafka's purge rule: strictly more than purgeInterval operations estimated gone (mutant purge_ge: >=)."""
+    return est - delayed >= interval if "purge_ge" in mutants else est - delayed > interval
+
+
+def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
+    """The reaper: run every op whose deadline is <= to (complete by expiry, then onExpiration), then the purge
+    check: if estimated - numDelayed > purgeInterval, reset the estimate and drop completed entries everywhere."""
+    n = dict(s)
+    via, expired = [], []
+    for o in range(OPS):
+        fire = And(s[("in_timer", o)], s[("exp", o)] <= c.to, Not(s[("completed", o)]))
+        complete(n, o, fire, VIA_EXPIRE)
+        via.append(If(fire, VIA_EXPIRE, NONE))
+        expired.append(fire)
+    n[("now",)] = c.to
+    delayed = Sum(I(n[("in_timer", o)]) for o in range(OPS))
+    fires = purge_due(n[("est",)], delayed, s[("P",)], mutants)
+    n[("est",)] = If(fires, delayed, n[("est",)])
+    purged = 0
+    for o in range(OPS):
+        for k in range(KEYS):
+            gone = If(And(fires, n[("completed", o)]), n[("cnt", k, o)], 0)
+            n[("cnt", k, o)] = n[("cnt", k, o)] - gone
+            purged = purged + gone
+        n[("uncounted", o)] = If(fires, And(listed(n, o), Not(n[("completed", o)]), Not(n[("in_timer", o)])),
+                                 s[("uncounted", o)])
+    n[("w_ctr",)] = n[("w_ctr",)] - purged
+    return n, Obs(0, tuple(via), tuple(expired), fires, purged, (0,) * OPS)
+
+
+TRANSITIONS = (t_watch, t_set_ready, t_check, t_cancel_key, t_force, t_try, t_cancel, t_advance)
+
+
+def step(s: dict, c: Cmd, mutants: frozenset = frozenset(), kinds: Iterable[int] = ALL_KINDS) -> tuple[dict, Obs]:
+    """The transition relation. A concrete kind runs its transition; a symbolic one is the case split over
+    ``kinds``."""
+    if isinstance(c.kind, int):
+        return TRANSITIONS[c.kind](s, c, mutants)
+    kinds = list(kinds)
+    results = [(kind, TRANSITIONS[kind](s, c, mutants)) for kind in kinds]
+    _, (n, obs) = results[-1]
+    n, obs = dict(n), obs
+    for kind, (nk, ok) in reversed(results[:-1]):
+        is_kind = c.kind == kind
+        n = {key: If(is_kind, nk[key], n[key]) for key in n}
+        obs = Obs(If(is_kind, ok.result, obs.result),
+                  tuple(If(is_kind, a, b) for a, b in zip(ok.via, obs.via)),
+                  tuple(If(is_kind, a, b) for a, b in zip(ok.expired, obs.expired)),
+                  If(is_kind, ok.purged, obs.purged), If(is_kind, ok.purge_count, obs.purge_count),
+                  tuple(If(is_kind, a, b) for a, b in zip(ok.removed, obs.removed)))
+    return n, obs
+
+
+def cmd_domain(s: dict, c: Cmd, kinds: Iterable[int], max_delay: int | None = None) -> object:
+    """Commands that are well formed in state s: a known kind, op and key; a watch has at least one key and
+    creates an op with delay >= 1 and ready_on in 0..3; other op commands name an op that exists; time moves
+    forward."""
+    created = Or(*[And(Eq(c.op, o), s[("created", o)]) for o in range(OPS)])
+    parts = [Or(*[c.kind == kind for kind in kinds]), c.op >= 0, c.op < OPS, c.key >= 0, c.key < KEYS,
+             *[And(m >= 0, m <= MAX_MULT) for m in c.mult], Sum(c.mult) >= 1, c.delay >= 1,
+             c.ready_on >= 0, c.ready_on <= MAX_READY_ON, c.to >= s[("now",)],
+             Implies(Or(*[c.kind == kind for kind in (SET_READY, FORCE, TRY, CANCEL)]), created)]
+    if max_delay is not None:
+        parts += [c.delay <= max_delay, c.to <= s[("now",)] + max_delay + 1]
+    return And(*parts)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Properties
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def stale_ops(s: dict):
+    """Operations completed but still on some watch list."""
+    return Sum(I(And(s[("completed", o)], listed(s, o))) for o in range(OPS))
+
+
+def delayed(s: dict):
+    return Sum(I(s[("in_timer", o)]) for o in range(OPS))
+
+
+def entries(s: dict):
+    return Sum(s[("cnt", k, o)] for k in range(KEYS) for o in range(OPS))
+
+
+def properties(s: dict) -> dict[str, object]:
+    """The state properties, by the name of the obligation that states them."""
+    per_op = {name: [] for name in ("exactly_once", "justified", "no_lost_wakeup", "counters", "no_forgotten_op")}
+    for o in range(OPS):
+        completed, via = s[("completed", o)], s[("via", o)]
+        per_op["exactly_once"].append(And(Eq(s[("completions", o)], I(completed)), Eq(Not(Eq(via, NONE)), completed)))
+        per_op["justified"].append(And(
+            Implies(Or(Eq(via, VIA_TRY), Eq(via, VIA_CHECK)), condition(s, o, s[("tc", o)])),
+            Implies(Eq(via, VIA_EXPIRE), s[("exp", o)] <= s[("now",)])))
+        for k in range(KEYS):
+            per_op["no_lost_wakeup"].append(Implies(And(s[("watched_on", k, o)], Not(completed)),
+                                                    s[("cnt", k, o)] >= 1))
+        per_op["counters"].append(Implies(completed, Not(s[("in_timer", o)])))
+        per_op["no_forgotten_op"].append(Implies(And(s[("created", o)], Not(completed), Not(s[("dropped", o)])),
+                                                 And(s[("in_timer", o)], s[("exp", o)] > s[("now",)])))
+    per_op["counters"] += [Eq(s[("nd_ctr",)], delayed(s)), Eq(s[("w_ctr",)], entries(s)), s[("est",)] >= delayed(s)]
+    return {name: And(*parts) for name, parts in per_op.items()}
+
+
+def step_properties(s: dict, c: Cmd, n: dict, obs: Obs) -> dict[str, object]:
+    """Properties of one transition (s --c--> n)."""
+    wake = []
+    for o in range(OPS):
+        for k in range(KEYS):
+            wake.append(Implies(And(c.kind == CHECK, Eq(c.key, k), s[("ready", o)], s[("watched_on", k, o)],
+                                    Not(s[("completed", o)])), n[("completed", o)]))
+    return {"no_lost_wakeup": And(*wake)}
+
+
+def auxiliary(s: dict) -> object:
+    """Facts that make the properties inductive: ranges, and what a never-watched op looks like."""
+    parts = [s[("now",)] >= 0, s[("est",)] >= 0, s[("P",)] >= 0]
+    for o in range(OPS):
+        created = s[("created", o)]
+        parts += [s[("tc", o)] >= 0, s[("ro", o)] >= 0, s[("ro", o)] <= MAX_READY_ON,
+                  s[("via", o)] >= NONE, s[("via", o)] <= VIA_FORCE,
+                  Implies(created, s[("delay", o)] >= 1),
+                  Implies(s[("in_timer", o)], And(created, s[("exp", o)] > s[("now",)])),
+                  Implies(Not(created), And(Not(s[("completed", o)]), Not(s[("ready", o)]), Eq(s[("tc", o)], 0),
+                                            Not(s[("dropped", o)]), Not(s[("uncounted", o)])))]
+        for k in range(KEYS):
+            parts += [s[("cnt", k, o)] >= 0, Implies(Not(created), And(Eq(s[("cnt", k, o)], 0),
+                                                                        Not(s[("watched_on", k, o)])))]
+    return And(*parts)
+
+
+def invariant(s: dict) -> object:
+    return And(auxiliary(s), *properties(s).values())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checking: BMC and induction
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Run:
+    """A counterexample path: the commands (as Cmd with Python values) and the purge interval."""
+
+    purge_interval: int
+    commands: tuple[Cmd, ...]
+    depth: int
+
+
+def _value(model: z3.ModelRef, term) -> int:
+    value = model.eval(term, model_completion=True)
+    return bool(z3.is_true(value)) if z3.is_bool(value) else value.as_long()
+
+
+def bmc(bad, depth: int, *, mutants=frozenset(), kinds=ALL_KINDS, max_delay: int | None = 4,
+        step_bad=None, timeout_ms: int = 120_000) -> tuple[str, Run | None, int]:
+    """Bounded model checking from the initial state: is ``bad(state)`` (or ``step_bad(s, c, n, obs)``) reachable
+    within ``depth`` commands? Returns (REFUTED, path, steps) or (BOUND, None, depth) or (UNKNOWN, None, steps)."""
+    s0 = initial_state(z3.Int("P"))
+    sol = solver(timeout_ms)
+    sol.add(s0[("P",)] >= 0, s0[("P",)] <= MAX_PURGE_INTERVAL)
+    states, cmds = [s0], []
+    for i in range(depth + 1):
+        if i > 0:
+            c = symbolic_cmd(str(i))
+            sol.add(cmd_domain(states[-1], c, kinds, max_delay))
+            nxt, obs = step(states[-1], c, mutants, kinds)
+            fresh = symbolic_state(str(i))
+            sol.add(*[fresh[key] == nxt[key] for key in fresh])
+            cmds.append(c)
+            prev = states[-1]
+            states.append(fresh)
+            here = [bad(fresh)] if bad is not None else []
+            if step_bad is not None:
+                here.append(step_bad(prev, c, fresh, obs))
+        else:
+            here = [bad(s0)] if bad is not None else []
+        if not here:
+            continue
+        sol.push()
+        sol.add(Or(*here))
+        result = sol.check()
+        if result == z3.sat:
+            model = sol.model()
+            run = Run(_value(model, s0[("P",)]),
+                      tuple(Cmd(*[_value(model, x) if not isinstance(x, tuple) else tuple(_value(model, y) for y in x)
+                                  for x in attrs.astuple(c, recurse=False)]) for c in cmds), i)
+            return REFUTED, run, i
+        sol.pop()
+        if result != z3.unsat:
+            return UNKNOWN, None, i
+        # no violation within i steps: the search for a first violation may assume none earlier
+        sol.add(Not(Or(*here)))
+    return BOUND, None, depth
+
+
+def inductive(inv, *, mutants=frozenset(), kinds=ALL_KINDS, goal=None, step_goal=None,
+              timeout_ms: int = 120_000) -> tuple[str, str]:
+    """Is ``inv`` an inductive invariant (initiation: the initial state satisfies it, for every purge interval;
+    consecution: inv(s) and a well-formed command give inv(s')), and does it imply ``goal`` / the one-step
+    ``step_goal``? Returns (PROVED | REFUTED | UNKNOWN, which part failed)."""
+    s0 = initial_state(z3.Int("P0"))
+    init = solver(timeout_ms)
+    init.add(s0[("P",)] >= 0, Not(inv(s0)))
+    r = init.check()
+    if r != z3.unsat:
+        return (REFUTED if r == z3.sat else UNKNOWN), "initiation"
+    s, c = symbolic_state("s"), symbolic_cmd("c")
+    n, obs = step(s, c, mutants, kinds)
+    checks = [("consecution", inv(n))]
+    if goal is not None:
+        checks.append(("goal", goal(s)))
+    if step_goal is not None:
+        checks.append(("step goal", step_goal(s, c, n, obs)))
+    for part, target in checks:
+        sol = solver(timeout_ms)
+        sol.add(inv(s), cmd_domain(s, c, kinds), Not(target))
+        r = sol.check()
+        if r != z3.unsat:
+            return (REFUTED if r == z3.sat else UNKNOWN), part
+    return PROVED, ""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# From paths to traces, and the concrete run used by the cross-check
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def to_vocabulary(run_commands: Iterable[Cmd]) -> list[v.Command]:
+    """Cmds with Python values -> vocabulary commands (op a/b/c, keys k0/k1; delay and ready_on only on the watch
+    that creates the op)."""
+    out: list[v.Command] = []
+    created: set[int] = set()
+    for c in run_commands:
+        op = OP_NAMES[c.op]
+        if c.kind == WATCH:
+            keys = [KEY_NAMES[k] for k in range(KEYS) for _ in range(c.mult[k])]
+            if c.op in created:
+                out.append(v.Watch(op, keys))
+            else:
+                out.append(v.Watch(op, keys, c.delay, c.ready_on or None))
+                created.add(c.op)
+        elif c.kind == SET_READY:
+            out.append(v.SetReady(op))
+        elif c.kind == CHECK:
+            out.append(v.Check(KEY_NAMES[c.key]))
+        elif c.kind == CANCEL_KEY:
+            out.append(v.CancelKey(KEY_NAMES[c.key]))
+        elif c.kind == FORCE:
+            out.append(v.Force(op))
+        elif c.kind == TRY:
+            out.append(v.Try(op))
+        elif c.kind == CANCEL:
+            out.append(v.Cancel(op))
+        elif c.kind == ADVANCE:
+            out.append(v.Advance(c.to))
+    return out
+
+
+def from_vocabulary(commands: Iterable[v.Command]) -> list[Cmd | str]:
+    """Vocabulary -> Cmds (queries watched/delayed stay as strings)."""
+    out: list[Cmd | str] = []
+    for command in commands:
+        if isinstance(command, v.Watch):
+            mult = tuple(sum(1 for key in command.keys if key == name) for name in KEY_NAMES)
+            out.append(Cmd(WATCH, OP_NAMES.index(command.op), 0, mult, command.delay_ms or 1, command.ready_on or 0))
+        elif isinstance(command, (v.SetReady, v.Force, v.Try, v.Cancel)):
+            kind = {v.SetReady: SET_READY, v.Force: FORCE, v.Try: TRY, v.Cancel: CANCEL}[type(command)]
+            out.append(Cmd(kind, OP_NAMES.index(command.op)))
+        elif isinstance(command, (v.Check, v.CancelKey)):
+            out.append(Cmd(CHECK if isinstance(command, v.Check) else CANCEL_KEY, 0, KEY_NAMES.index(command.key)))
+        elif isinstance(command, v.Advance):
+            out.append(Cmd(ADVANCE, to=command.to_ms))
+        elif isinstance(command, (v.Watched, v.Delayed)):
+            out.append(command.name)
+        else:
+            raise ValueError(f"{command.name} is outside the symbolic purgatory")
+    return out
+
+
+def expected_observation(command: v.Command, s: dict, obs: Obs | None) -> tuple:
+    """A symbolic step's observation in comparable form: (result, sorted events)."""
+    if obs is None:  # watched / delayed
+        return (entries(s) if command.name == "watched" else delayed(s)), ()
+    events = []
+    for o in range(OPS):
+        if obs.via[o] != NONE:
+            events.append(("complete", OP_NAMES[o], VIA_NAMES[obs.via[o]]))
+        if obs.expired[o]:
+            events.append(("expire", OP_NAMES[o]))
+    if obs.purged:
+        events.append(("purge", obs.purge_count))
+    if isinstance(command, v.Watch) or isinstance(command, (v.Force, v.Try)):
+        result = bool(obs.result)
+    elif isinstance(command, v.Check):
+        result = obs.result
+    elif isinstance(command, v.CancelKey):
+        result = tuple(sorted(Counter({OP_NAMES[o]: obs.removed[o] for o in range(OPS)}).elements()))
+    else:
+        result = None
+    return result, tuple(sorted(events, key=repr))
+
+
+def observed(command: v.Command, observation: v.Observation) -> tuple:
+    events = []
+    for event in observation.events:
+        if isinstance(event, v.Complete):
+            events.append(("complete", event.op, event.via))
+        elif isinstance(event, v.Expire):
+            events.append(("expire", event.op))
+        elif isinstance(event, v.Purge):
+            events.append(("purge", event.count))
+    result = observation.result
+    if isinstance(command, v.CancelKey):
+        result = tuple(sorted(result))
+    return result, tuple(sorted(events, key=repr))
+
+
+def model_state(model: Model) -> dict:
+    """The model's state in the symbolic state's terms (the non-ghost part)."""
+    purgatory = model.purgatory
+    s = {("now",): model.now_ms, ("est",): purgatory.estimated_total_operations}
+    for o, name in enumerate(OP_NAMES):
+        op = model.ops.get(name)
+        s[("created", o)] = op is not None
+        if op is None:
+            continue
+        in_timer = op.entry is not None and op.entry.bucket is not None
+        s[("ready", o)], s[("completed", o)], s[("tc", o)] = op.ready, op.completed, op.try_calls
+        s[("in_timer", o)] = in_timer
+        if in_timer:
+            s[("exp", o)] = op.entry.expiration_ms
+        for k, key in enumerate(KEY_NAMES):
+            s[("cnt", k, o)] = sum(1 for listed_op in purgatory.watchers.get(key, []) if listed_op is op)
+    return s
+
+
+def compare_state(symbolic: dict, model_view: dict) -> list[str]:
+    diffs = []
+    for key, value in model_view.items():
+        mine = _concrete(symbolic[key])
+        if mine != value:
+            diffs.append(f"{key}: symbolic {mine}, model {value}")
+    return diffs
+
+
+def crosscheck(commands: list[v.Command], params: v.Params, *, through_z3: bool = False,
+               mutants: frozenset = frozenset()) -> list[str]:
+    """Run ``commands`` through the model and through the symbolic transition relation (evaluated on Python values,
+    or on z3 constants simplified after every step when ``through_z3``); return every disagreement of state or
+    observation (empty when they agree)."""
+    model = Model("purgatory", params)
+    s = initial_state(params.purge_interval)
+    if through_z3:
+        s = {key: (z3.BoolVal(x) if isinstance(x, bool) else z3.IntVal(x)) for key, x in s.items()}
+    problems: list[str] = []
+    for seq, (command, cmd) in enumerate(zip(commands, from_vocabulary(commands)), start=1):
+        observation = model.step(command)
+        if isinstance(cmd, str):
+            concrete = s if not through_z3 else _concretise(s)
+            mine = expected_observation(command, concrete, None)
+        else:
+            if through_z3:  # every field a z3 constant, so step() builds the full case split over the kinds
+                cmd = Cmd(*[tuple(z3.IntVal(y) for y in x) if isinstance(x, tuple) else z3.IntVal(x)
+                            for x in attrs.astuple(cmd, recurse=False)])
+            s, obs = step(s, cmd, mutants)
+            if through_z3:
+                s = {key: _as_z3(z3.simplify(_as_z3(x))) for key, x in s.items()}
+                obs = _concretise_obs(obs)
+            mine = expected_observation(command, s if not through_z3 else _concretise(s), obs)
+        theirs = observed(command, observation)
+        if mine != theirs:
+            problems.append(f"step {seq} {command}: symbolic {mine}, model {theirs}")
+        diffs = compare_state(s if not through_z3 else _concretise(s), model_state(model))
+        problems += [f"step {seq} {command}: {d}" for d in diffs]
+        if problems:
+            break
+    return problems
+
+
+def _as_z3(x):
+    if isinstance(x, bool):
+        return z3.BoolVal(x)
+    if isinstance(x, int):
+        return z3.IntVal(x)
+    return x
+
+
+def _concretise(s: dict) -> dict:
+    return {key: _concrete(x) for key, x in s.items()}
+
+
+def _concrete(x):
+    if isinstance(x, (bool, int)):
+        return x
+    x = z3.simplify(x)
+    return z3.is_true(x) if z3.is_bool(x) else x.as_long()
+
+
+def _concretise_obs(obs: Obs) -> Obs:
+    return Obs(_concrete(obs.result), tuple(_concrete(x) for x in obs.via), tuple(_concrete(x) for x in obs.expired),
+               _concrete(obs.purged), _concrete(obs.purge_count), tuple(_concrete(x) for x in obs.removed))
+
+
+def random_commands(rng: random.Random, length: int, *, kinds=ALL_KINDS) -> list[v.Command]:
+    """A random well-formed command sequence over the bounded ops and keys (with watched/delayed queries)."""
+    out: list[v.Command] = []
+    created: list[str] = []
+    now = 0
+    for _ in range(length):
+        choice = rng.random()
+        if choice < 0.3 or not created:
+            op = rng.choice(OP_NAMES)
+            keys = rng.choice([["k0"], ["k1"], ["k0", "k1"], ["k1", "k0"], ["k0", "k0"], ["k1", "k0", "k1"]])
+            if op in created:
+                out.append(v.Watch(op, keys))
+            else:
+                out.append(v.Watch(op, keys, rng.randint(1, 6), rng.choice([None, None, 1, 2, 3])))
+                created.append(op)
+            continue
+        kind = rng.choice(["set_ready", "check", "check", "cancel_key", "force", "try", "cancel", "advance",
+                           "advance", "watched", "delayed"])
+        if kind in ("cancel_key", "cancel") and CANCEL not in kinds:
+            kind = "check"
+        op = rng.choice(created)
+        if kind == "set_ready":
+            out.append(v.SetReady(op))
+        elif kind == "check":
+            out.append(v.Check(rng.choice(KEY_NAMES)))
+        elif kind == "cancel_key":
+            out.append(v.CancelKey(rng.choice(KEY_NAMES)))
+        elif kind == "force":
+            out.append(v.Force(op))
+        elif kind == "try":
+            out.append(v.Try(op))
+        elif kind == "cancel":
+            out.append(v.Cancel(op))
+        elif kind == "advance":
+            now += rng.choice([0, 1, 1, 2, 3, 5])
+            out.append(v.Advance(now))
+        elif kind == "watched":
+            out.append(v.Watched())
+        else:
+            out.append(v.Delayed())
+    return out
+
+
+def random_params(rng: random.Random) -> v.Params:
+    return v.Params(tick_ms=1, wheel_size=rng.choice([2, 3, 20]), start_ms=0, purge_interval=rng.randint(0, 2))
+
+
+def purgatory_trace(trace_id: str, run: Run, description: str) -> Trace:
+    params = v.Params(tick_ms=1, wheel_size=20, start_ms=0, purge_interval=run.purge_interval)
+    commands = to_vocabulary(run.commands) + [v.Watched(), v.Delayed()]
+    return model_trace(Header(trace_id, "purgatory", params, "kpurgatory.model", description), commands)
+
+
+def describe_run(run: Run) -> str:
+    from kpurgatory.conformance.replay import format_command
+
+    return f"purge_interval={run.purge_interval}: " + "; ".join(format_command(c) for c in to_vocabulary(run.commands))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Obligations
+# ---------------------------------------------------------------------------------------------------------------
+
+BMC_DEPTH = 10
+DOMAIN = (f"{OPS} ops, {KEYS} keys, all 8 commands, purge interval 0..{MAX_PURGE_INTERVAL}, tick 1; "
+          f"BMC to {BMC_DEPTH} commands (delays <= 4) + inductive invariant (unbounded depth, any delay/interval)")
+
+
+@functools.cache
+def invariant_is_inductive() -> tuple[str, str, float]:
+    start = time.perf_counter()
+    status, part = inductive(invariant, step_goal=lambda s, c, n, o: And(*step_properties(s, c, n, o).values()))
+    return status, part, time.perf_counter() - start
+
+
+def bmc_and_induction(name: str) -> Outcome:
+    start = time.perf_counter()
+    status, run, depth = bmc(lambda s: Not(properties(s)[name]), BMC_DEPTH,
+                             step_bad=(lambda s, c, n, o: Not(step_properties(s, c, n, o)[name]))
+                             if name in ("no_lost_wakeup",) else None)
+    bmc_time = time.perf_counter() - start
+    if status == REFUTED:
+        trace = purgatory_trace(f"specs.purgatory.{name}", run, f"violates {name}")
+        return Outcome(REFUTED, f"BMC d={BMC_DEPTH}", f"violated after {depth} commands: {describe_run(run)}",
+                       traces={"counterexample": trace})
+    if status != BOUND:
+        return Outcome(UNKNOWN, f"BMC d={BMC_DEPTH}", f"BMC gave up at depth {depth}")
+    ind, part, ind_time = invariant_is_inductive()
+    detail = (f"BMC: no violation within {BMC_DEPTH} commands ({bmc_time:.1f}s); the strengthened invariant is "
+              f"{'inductive' if ind == PROVED else 'NOT inductive (' + part + ')'} ({ind_time:.1f}s)")
+    method = f"BMC d={BMC_DEPTH} + induction"
+    return Outcome(PROVED if ind == PROVED else BOUND, method, detail, witness={"bmc_depth": BMC_DEPTH})
+
+
+@obligation("purgatory.exactly_once", domain=DOMAIN)
+def exactly_once() -> Outcome:
+    """Every operation completes at most once, whichever route gets there first: onComplete runs exactly as often
+    as the op is completed (0 or 1 times), and an op has a completion route exactly when it is completed. The single
+    door is forceComplete's compare-and-set; together with purgatory.no_forgotten_op (every live op stays scheduled)
+    this is exactly-once for every op that is not cancelled."""
+    return bmc_and_induction("exactly_once")
+
+
+@obligation("purgatory.justified", domain=DOMAIN, cost=10)
+def justified() -> Outcome:
+    """An operation completes only when it is ready or expired (or forced by other code): one completed through a
+    tryComplete (by watch, try or check) has its condition true — set_ready was seen or its ready_on-th try has
+    happened — and one completed by the timer has a deadline at or before the clock. The condition is monotone, so
+    this holds in every later state too."""
+    return bmc_and_induction("justified")
+
+
+@obligation("purgatory.no_lost_wakeup", domain=DOMAIN, cost=20)
+def no_lost_wakeup() -> Outcome:
+    """No lost wakeup: an operation appended to key k's list stays on it until it completes or k is cancelled, so
+    a check of k after the op's condition became true completes it. Stated as the state invariant "watched on k and
+    not completed implies at least one entry in k's list" and as the step property "check(k) of a ready op watched
+    on k completes it". The sequential model executes tryCompleteElseWatch atomically; the window between its first
+    tryComplete and the watch is the business of interleaving.no_lost_wakeup."""
+    return bmc_and_induction("no_lost_wakeup")
+
+
+@obligation("purgatory.counters", domain=DOMAIN, cost=4)
+def counters() -> Outcome:
+    """The counters are consistent: the task counter, kept incrementally the way Kafka's TimerTaskList keeps it
+    (+1 on add, -1 on remove or expiry), equals the number of ops in the timer (numDelayed); the watch-entry counter
+    kept the same way equals the entries in all lists (watched()); a completed op is never in the timer; and the
+    estimate of operations is at least numDelayed, so est - numDelayed, the purge trigger, is never negative."""
+    return bmc_and_induction("counters")
+
+
+@obligation("purgatory.no_forgotten_op", domain=DOMAIN)
+def no_forgotten_op() -> Outcome:
+    """Every live operation is still scheduled: an op that was watched, is not completed and whose timer entry was
+    not cancelled (by cancel or cancelForKey) is in the timer with a deadline after the clock, so it completes by
+    its deadline at the latest. With exactly_once: every op that is not cancelled completes exactly once."""
+    return bmc_and_induction("no_forgotten_op")
+
+
+# --- purge rule and memory ---------------------------------------------------------------------------------------
+
+
+def purge_rule(s, c, n, obs):
+    delayed_after = Sum(I(And(s[("in_timer", o)], Not(obs.expired[o]))) for o in range(OPS))
+    gone = s[("est",)] - delayed_after
+    return Implies(c.kind == ADVANCE, And(Implies(obs.purged, gone >= s[("P",)] + 1),
+                                          Implies(Not(obs.purged), gone <= s[("P",)])))
+
+
+@obligation("purgatory.purge.threshold", domain=f"{OPS} ops, {KEYS} keys, any state satisfying the invariant")
+def purge_threshold() -> Outcome:
+    """The purge fires exactly when strictly more than purgeInterval operations are estimated gone from the timer:
+    at every advance, after the expiries, a purge happens if and only if estimated - numDelayed > purgeInterval
+    (transcript 05: with interval 2, 4 - 2 = 2 does not purge and 4 - 1 = 3 does). Checked for one step from any
+    state of the inductive invariant, so for every reachable state."""
+    status, part = inductive(invariant, step_goal=purge_rule)
+    return Outcome(status, "induction (one step)", part)
+
+
+def bmc_advance_bad(bound_of):
+    """Violation right after an advance: more stale ops than ``bound_of(state)``."""
+    return lambda s, c, n, obs: And(c.kind == ADVANCE, stale_ops(n) > bound_of(n))
+
+
+def memory_invariant_no_cancel(s):
+    counted = Sum(I(And(s[("completed", o)], listed(s, o))) for o in range(OPS))
+    return And(invariant(s), counted <= s[("est",)] - delayed(s),
+               *[Not(s[("dropped", o)]) for o in range(OPS)])
+
+
+def uncounted_listed(s):
+    return Sum(I(And(s[("uncounted", o)], listed(s, o))) for o in range(OPS))
+
+
+def memory_invariant(s):
+    stale_counted = Sum(I(And(s[("completed", o)], listed(s, o), Not(s[("uncounted", o)]))) for o in range(OPS))
+    live_out = Sum(I(And(listed(s, o), Not(s[("completed", o)]), Not(s[("in_timer", o)]), Not(s[("uncounted", o)])))
+                   for o in range(OPS))
+    return And(invariant(s), stale_counted + live_out <= s[("est",)] - delayed(s))
+
+
+@obligation("purgatory.memory.bound_without_cancel",
+            domain=f"{OPS} ops, {KEYS} keys, commands without cancel/cancel_key, any purge interval; induction")
+def memory_bound_without_cancel() -> Outcome:
+    """Without cancellation the memory held by completed-but-still-listed entries is bounded by the purge interval:
+    the number of such stale operations never exceeds estimated - numDelayed (every op that becomes stale has left
+    the timer or was counted by a watch since the last purge), and right after every advance — where the purge
+    check has either fired (no stale op left) or found estimated - numDelayed <= purgeInterval — there are at most
+    purgeInterval stale operations. The memory bound is therefore purgeInterval * m entries, where m is the largest
+    number of entries one op holds (its keys per watch, duplicates included, times its watches)."""
+    status, part = inductive(memory_invariant_no_cancel, kinds=NO_CANCEL_KINDS,
+                             step_goal=lambda s, c, n, o: Implies(c.kind == ADVANCE, stale_ops(n) <= n[("P",)]))
+    return Outcome(status, "inductive invariant", part or "stale ops <= estimated - numDelayed; <= P after advance")
+
+
+@obligation("purgatory.memory.no_bound_with_cancel", kind="finding", expect=REFUTED,
+            domain=f"{OPS} ops, {KEYS} keys, all commands, purge interval 0..{MAX_PURGE_INTERVAL}; BMC to 8")
+def memory_no_bound_with_cancel() -> Outcome:
+    """Claim: right after every advance at most purgeInterval operations are completed but still listed (the bound
+    of purgatory.memory.bound_without_cancel). With cancellation z3 refutes it: an op cancelled while live leaves
+    the timer, so it counts toward estimated - numDelayed and lets a purge fire; the purge resets the estimate to
+    numDelayed but cannot remove the op, which is not completed; when the op completes later it becomes stale
+    without being counted by the estimate again. Repeating this (P+1 cancellations per purge) accumulates any number
+    of stale entries, invisible to the purge trigger, so no bound in terms of purgeInterval and keys per op holds.
+    The true bound is purgatory.memory.true_bound."""
+    status, run, depth = bmc(None, 8, step_bad=bmc_advance_bad(lambda s: s[("P",)]))
+    if status != REFUTED:
+        return Outcome(status, "BMC d=8", f"no counterexample within {depth}")
+    trace = purgatory_trace("specs.purgatory.memory.no_bound_with_cancel", run,
+                            "stale entries of ops cancelled before a purge are not counted by the purge estimate")
+    family = memory_family_trace(FAMILY_SIZE)
+    stale = family.steps[-1].observation.result
+    return Outcome(REFUTED, "BMC d=8", f"after {depth} commands: {describe_run(run)}. Generalised (the z3 pattern "
+                   f"with {FAMILY_SIZE} ops, purge interval 0): {stale} stale entries after the last advance.",
+                   witness={"purge_interval": run.purge_interval, "depth": depth, "family_stale_entries": stale},
+                   traces={"counterexample": trace, "family": family})
+
+
+FAMILY_SIZE = 10
+
+
+def memory_family_trace(size: int) -> Trace:
+    """The counterexample's pattern for ``size`` ops with purge interval 0: watch each on (k0, k1); cancelForKey(k0)
+    takes them all out of the timer; an advance purges (size - 0 > 0) but removes nothing and resets the estimate to
+    0; forcing them all leaves ``size`` stale entries on k1 that the next advance does not purge (0 - 0 = 0)."""
+    ops = [f"op{i}" for i in range(size)]
+    commands: list[v.Command] = [v.Watch(op, ["k0", "k1"], 100) for op in ops]
+    commands += [v.CancelKey("k0"), v.Advance(1)] + [v.Force(op) for op in ops] + [v.Advance(2), v.Watched()]
+    params = v.Params(tick_ms=1, wheel_size=20, start_ms=0, purge_interval=0)
+    return model_trace(Header("specs.purgatory.memory.no_bound_with_cancel.family", "purgatory", params,
+                              "kpurgatory.model", f"{size} stale entries survive the purge check with interval 0"),
+                       commands)
+
+
+@obligation("purgatory.memory.true_bound", domain=f"{OPS} ops, {KEYS} keys, all commands, any purge interval; "
+                                                  "induction")
+def memory_true_bound() -> Outcome:
+    """The true bound: call an op *uncounted* if it was listed, live and out of the timer when the last purge ran
+    (the estimate forgot it). Then stale counted ops plus live listed ops out of the timer never exceed
+    estimated - numDelayed, so right after every advance the stale operations number at most purgeInterval + U,
+    where U is the number of uncounted ops still listed — at most the ops cancelled (cancel or cancelForKey on
+    another key) but not completed before the last purge. Memory held by stale entries is at most
+    m * (purgeInterval + U); U is bounded only by the application's use of cancel."""
+    status, part = inductive(memory_invariant, step_goal=lambda s, c, n, o: Implies(
+        c.kind == ADVANCE, stale_ops(n) <= n[("P",)] + uncounted_listed(n)))
+    return Outcome(status, "inductive invariant", part or "stale <= P + uncounted after every advance")
+
+
+# --- mutants and the cross-check ---------------------------------------------------------------------------------
+
+
+def purge_ge_counterexample() -> tuple[str, Run | None]:
+    status, run, _ = bmc(None, 4, mutants=frozenset({"purge_ge"}), step_bad=lambda s, c, n, o: Not(purge_rule(s, c, n, o)))
+    return status, run
+
+
+@obligation("mutant.purgatory.purge_ge", kind="mutant", expect=REFUTED,
+            domain="purgatory.purge.threshold on the spec with >= in the purge test; BMC to 4")
+def mutant_purge_ge() -> Outcome:
+    """Mutant of the purge rule: purge when estimated - numDelayed >= purgeInterval instead of >. z3 finds a reachable
+    advance where the mutant purges although no more than purgeInterval operations have left the timer (with
+    interval 0: a purge although nothing left at all). The trace records the model's observations, which contain no
+    purge there; an implementation with the mutant reports a Purge event at that advance."""
+    status, run = purge_ge_counterexample()
+    if status != REFUTED:
+        return Outcome(status, "BMC d=4", "mutant not refuted")
+    trace = purgatory_trace("specs.mutant.purgatory.purge_ge", run,
+                            "the model does not purge here; a purge test with >= would")
+    return Outcome(REFUTED, "BMC d=4", describe_run(run), traces={"counterexample": trace})
+
+
+@obligation("purgatory.crosscheck.model", kind="support", expect=BOUND,
+            domain="150 random traces of 25 commands, wheel sizes 2/3/20, purge interval 0..2")
+def crosscheck_model() -> Outcome:
+    """The symbolic transition relation and model/ agree: random command sequences over the bounded ops and keys
+    (watch with duplicates and re-watches, set_ready, check, cancel_key, force, try, cancel, advance, and the
+    watched/delayed queries) are run through both, and after every command the results, the events (as a multiset)
+    and the state — clock, estimate, per op created/ready/completed/tries/in timer/deadline, and the entries per key
+    — are compared. The model runs the real wheel (with cascades for wheel sizes 2 and 3), so this also checks the
+    timer abstraction."""
+    rng = random.Random(2024)
+    problems = []
+    for i in range(150):
+        commands, params = random_commands(rng, 25), random_params(rng)
+        found = crosscheck(commands, params)
+        if found:
+            problems.append((i, found[0]))
+    if problems:
+        return Outcome(REFUTED, "concrete evaluation", f"{len(problems)} traces disagree; first: {problems[0]}")
+    return Outcome(BOUND, "concrete evaluation", "150 traces x 25 commands agree")

@@ -1,0 +1,52 @@
+"""`kpurgatory prove`: table and JSON output, trace files, exit status, the generated document."""
+
+import json
+from pathlib import Path
+
+from click.testing import CliRunner
+
+from kpurgatory.conformance.cli import main
+from kpurgatory.conformance.trace import read_traces
+from kpurgatory.specs.document import render
+
+SPECS = Path(__file__).resolve().parents[2] / "specs"
+
+
+def test_prove_json_and_traces(tmp_path):
+    result = CliRunner().invoke(main, ["prove", "--json", "--jobs", "1", "--out", str(tmp_path),
+                                       "--only", "wheel.refusal.*", "--only", "mutant.purgatory.*"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["ok"]
+    rows = {row["name"]: row for row in report["obligations"]}
+    assert set(rows) == {"wheel.refusal.exact", "mutant.purgatory.purge_ge"}
+    assert rows["wheel.refusal.exact"]["result"] == "proved"
+    assert rows["mutant.purgatory.purge_ge"]["result"] == "refuted"
+    for row in rows.values():
+        assert row["domain"] and row["statement"] and row["seconds"] >= 0
+    (path,) = rows["mutant.purgatory.purge_ge"]["traces"]
+    (trace,) = read_traces(path)
+    assert trace.trace_id == "specs.mutant.purgatory.purge_ge"
+    replayed = CliRunner().invoke(main, ["replay", path])
+    assert replayed.exit_code == 0, replayed.output
+
+
+def test_prove_table(tmp_path):
+    result = CliRunner().invoke(main, ["prove", "--jobs", "1", "--out", str(tmp_path), "--only", "wheel.timing.*"])
+    assert result.exit_code == 0, result.output
+    for text in ("wheel.timing.not_early", "wheel.timing.not_late", "proved", "domain"):
+        assert text in result.output
+
+
+def test_prove_rejects_an_unknown_pattern():
+    result = CliRunner().invoke(main, ["prove", "--only", "nothing.matches"])
+    assert result.exit_code != 0
+
+
+def test_list():
+    result = CliRunner().invoke(main, ["prove", "--list", "--only", "interleaving.*"])
+    assert result.exit_code == 0 and "interleaving.no_lost_wakeup" in result.output
+
+
+def test_obligations_md_is_generated_from_the_code():
+    assert (SPECS / "obligations.md").read_text() == render(), "run: kpurgatory prove --markdown > specs/obligations.md"

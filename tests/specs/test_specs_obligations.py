@@ -1,0 +1,91 @@
+"""Every obligation has its expected result: the proofs prove, the findings and mutants are refuted."""
+
+import pytest
+
+from kpurgatory.specs.core import BOUND, PROVED, REFUTED, load_all
+
+#: the expected status of every obligation; a new obligation must be added here, with its status
+EXPECTED = {
+    "java.encodings_agree": BOUND,
+    "wheel.placement.index_in_range": PROVED,
+    "wheel.placement.bucket_expiration": PROVED,
+    "wheel.placement.no_aliasing": PROVED,
+    "wheel.refusal.exact": PROVED,
+    "wheel.clock.alignment_inductive": PROVED,
+    "wheel.overflow.climb_ranking": PROVED,
+    "wheel.cascade.ranking": PROVED,
+    "wheel.timing.not_early": PROVED,
+    "wheel.timing.not_late": PROVED,
+    "wheel.kafka.expiration_wraps": REFUTED,
+    "wheel.model.expiration_guard": PROVED,
+    "wheel.kafka.interval_wraps": REFUTED,
+    "wheel.model.top_level_sound": PROVED,
+    "mutant.wheel.bucket_rounded_up": REFUTED,
+    "purgatory.exactly_once": PROVED,
+    "purgatory.justified": PROVED,
+    "purgatory.no_lost_wakeup": PROVED,
+    "purgatory.counters": PROVED,
+    "purgatory.no_forgotten_op": PROVED,
+    "purgatory.purge.threshold": PROVED,
+    "purgatory.memory.bound_without_cancel": PROVED,
+    "purgatory.memory.no_bound_with_cancel": REFUTED,
+    "purgatory.memory.true_bound": PROVED,
+    "mutant.purgatory.purge_ge": REFUTED,
+    "purgatory.crosscheck.model": BOUND,
+    "interleaving.no_lost_wakeup": PROVED,
+    "interleaving.exactly_once": PROVED,
+    "interleaving.timer_clean": PROVED,
+    "mutant.interleaving.no_second_try": REFUTED,
+    "mutant.interleaving.no_cancel_after_add": REFUTED,
+}
+
+
+def test_the_registry_is_the_expected_list(registry):
+    assert list(registry) == list(EXPECTED)
+    for name, ob in registry.items():
+        assert ob.expect == EXPECTED[name], name
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_obligation_status(name, outcomes, registry):
+    outcome = outcomes[name]
+    assert outcome.status == EXPECTED[name], f"{name}: {outcome.status} {outcome.detail}"
+    assert all(status == PROVED for _, status, _ in outcome.lemmas), outcome.lemmas
+    if registry[name].kind in ("finding", "mutant") and name != "mutant.interleaving.no_cancel_after_add":
+        assert outcome.traces, f"{name} has no counterexample trace"
+
+
+@pytest.mark.parametrize("name", list(EXPECTED))
+def test_obligation_reads_as_a_document(name, registry):
+    ob = registry[name]
+    assert len(ob.statement.split()) >= 25, "a statement is a paragraph in words"
+    assert ob.domain
+
+
+def test_findings_are_documented_with_concrete_values(outcomes):
+    wraps = outcomes["wheel.kafka.expiration_wraps"].witness
+    assert (wraps["now"], wraps["delay_ms"], wraps["java_expiration"]) == (1, 2**63 - 1, -(2**63))
+    assert wraps["kafka"] == "runs at once on add"
+    chain = outcomes["wheel.kafka.interval_wraps"].witness
+    assert chain["default_config"]["tick_ms"] == 1 and chain["default_config"]["wheel_size"] == 20
+    assert chain["default_config"]["delay_ms"] >= 20**14
+    threshold = chain["default_config"]["threshold"]
+    assert threshold[f"delay {20**14 - 1}"] == f"runs at {20**14 - 1}"
+    assert threshold[f"delay {20**14}"].startswith("livelock")
+    assert chain["small_wheel"]["wheel_size"] <= 64
+    assert chain["small_wheel"]["kafka"].startswith(("livelock", "throws"))
+    memory = outcomes["purgatory.memory.no_bound_with_cancel"].witness
+    assert memory["family_stale_entries"] == 10
+
+
+def test_every_obligation_in_a_fresh_z3_context_is_deterministic(registry):
+    """Two runs of a cheap refutation give the same counterexample (z3 is seeded, the context is fresh)."""
+    from kpurgatory.specs.core import run_one
+
+    first = run_one(registry["mutant.wheel.bucket_rounded_up"]).witness
+    second = run_one(registry["mutant.wheel.bucket_rounded_up"]).witness
+    assert first == second
+
+
+def test_all_registered(registry):
+    assert set(load_all()) == set(registry)
