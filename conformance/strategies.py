@@ -40,7 +40,7 @@ def delays(p: v.Params) -> st.SearchStrategy[int]:
         st.integers(0, p.tick_ms * p.wheel_size ** 4),
     )
     beyond_long_max = st.integers(v.LONG_MAX - p.start_ms, v.LONG_MAX)
-    return st.integers(0, 29).flatmap(lambda roll: beyond_long_max if roll == 0 else usual)
+    return st.integers(0, 11).flatmap(lambda roll: beyond_long_max if roll == 0 else usual)
 
 
 def gaps(p: v.Params) -> st.SearchStrategy[int]:
