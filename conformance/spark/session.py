@@ -1,0 +1,132 @@
+"""Starting Spark from the kpurgatory command line: quiet, friendly, sized for a small machine.
+
+What a user of ``kpurgatory validate-traces`` should see is kpurgatory's output, not the JVM's: logs go through a
+log4j2 file at ERROR, the UI and console progress bar are off, the driver binds loopback only (SPARK_LOCAL_IP, so no
+hostname warnings or DNS lookups), and workers run this interpreter (PYSPARK_PYTHON), not whatever ``python3`` is on
+PATH. A missing Java is one clear error before any JVM is attempted. Defaults suit a 2-core / 24 GiB machine; every
+setting can be overridden with ``--conf key=value``. ``.master()`` is called only for ``--master``: under
+spark-submit the submitter's master wins, and plain ``kpurgatory`` runs on ``local[2]``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import os
+import shutil
+import sys
+import threading
+from typing import Iterator
+
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+LOCAL_MASTER = "local[2]"
+
+#: JVM-level settings apply only to the first session of a process (getOrCreate returns it afterwards)
+DEFAULTS = {
+    "spark.driver.memory": "4g",  # local mode runs executors in the driver's JVM; sorts spill to disk beyond this
+    "spark.sql.shuffle.partitions": "8",  # 4 per core: no core idles on the last partition, the progress bar moves
+    # replay costs CPU per row, not per byte: never merge the shuffle's partitions into fewer, busier ones
+    "spark.sql.adaptive.coalescePartitions.enabled": "false",
+    "spark.ui.enabled": "false",
+    "spark.ui.showConsoleProgress": "false",
+}
+
+
+class SparkUnavailable(click.ClickException):
+    """Spark cannot start here; the message says what to install."""
+
+
+def java_executable() -> str:
+    """The java Spark will launch: JAVA_HOME's if set, else the one on PATH."""
+    home = os.environ.get("JAVA_HOME")
+    candidate = os.path.join(home, "bin", "java") if home else shutil.which("java")
+    if not candidate or not os.access(candidate, os.X_OK):
+        where = f"JAVA_HOME={home} has no bin/java" if home else "no `java` on PATH and JAVA_HOME is not set"
+        raise SparkUnavailable(f"Spark needs Java 17 or later, and {where}. Install a JDK (for example "
+                               f"`apt-get install openjdk-17-jre-headless`) or point JAVA_HOME at one.")
+    return candidate
+
+
+def parse_conf(pairs: tuple[str, ...]) -> dict[str, str]:
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip():
+            raise click.BadParameter(f"expected KEY=VALUE, got {pair!r}", param_hint="--conf")
+        settings[key.strip()] = value
+    return settings
+
+
+def log4j_file() -> str:
+    return str(importlib.resources.files("kpurgatory.conformance.spark").joinpath("log4j2.properties"))
+
+
+def get_session(master: str | None = None, conf: dict[str, str] | None = None, app: str = "kpurgatory"):
+    """The process's SparkSession, created quietly on first use (see the module docstring)."""
+    java_executable()
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        raise SparkUnavailable("PySpark is not installed: pip install 'kpurgatory[spark]'") from None
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    settings = {**DEFAULTS,
+                "spark.pyspark.python": sys.executable,
+                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j_file()}",
+                "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j_file()}",
+                **(conf or {})}
+    builder = SparkSession.builder.appName(app)
+    if master:
+        builder = builder.master(master)
+    elif "PYSPARK_GATEWAY_PORT" not in os.environ:  # not launched by spark-submit
+        builder = builder.master(LOCAL_MASTER)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
+
+
+spark_options = [
+    click.option("--master", metavar="URL", help="Spark master (default: local[2], or spark-submit's)."),
+    click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable)."),
+]
+
+
+def with_spark_options(function):
+    for option in reversed(spark_options):
+        function = option(function)
+    return function
+
+
+@contextlib.contextmanager
+def progress(session, description: str) -> Iterator[None]:
+    """A progress bar of the running stages' tasks on stderr while the block runs (terminals only; it restarts with
+    each stage)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        yield
+        return
+    tracker = session.sparkContext.statusTracker()
+    done = threading.Event()
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("tasks"),
+                  TimeElapsedColumn(), console=console, transient=True) as bar:
+        task = bar.add_task(description, total=None)
+
+        def poll() -> None:
+            while not done.wait(0.5):
+                stages = [info for info in map(tracker.getStageInfo, tracker.getActiveStageIds()) if info]
+                if stages:
+                    bar.update(task, total=sum(s.numTasks for s in stages),
+                               completed=sum(s.numCompletedTasks for s in stages))
+
+        poller = threading.Thread(target=poll, daemon=True)
+        poller.start()
+        try:
+            yield
+        finally:
+            done.set()
+            poller.join()

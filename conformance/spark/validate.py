@@ -1,0 +1,379 @@
+"""``kpurgatory validate-traces``: replay every trace of a corpus through the model, on Spark.
+
+The job: read the corpus (`corpus.load`), ``repartition(trace).sortWithinPartitions(trace, seq, ...)`` so each trace's
+lines arrive together and in order, then stream them through `validate_batches` with ``mapInArrow``. That function
+collects one trace at a time (memory is bounded by the largest trace, not the corpus; a trace may straddle Arrow
+batches) and replays it with `kpurgatory.conformance.replay.replay` — the same codec, model, comparison and contract
+monitor as ``kpurgatory replay``, so a verdict here and there cannot disagree.
+
+A trace is judged whole or not at all. If any of its lines is bad (not JSON, unknown command, missing field, a
+sequence gap or repeat, a second header, no header, an unsupported version, a command the model rejects), every row
+of the trace goes to the quarantine: the bad row with its own reason, the others with ``trace_quarantined`` and the
+first bad row's position. A half-checked trace would give a verdict about a different run. Rows without a usable
+trace id (blank, not UTF-8, not JSON) are quarantined one by one. So every input row ends in exactly one place:
+input rows = rows of checked traces + quarantined rows, which the job asserts against a count taken outside it.
+
+Outputs in ``--out``: ``verdicts.parquet`` (one row per checked trace), ``quarantine.parquet`` (one row per rejected
+input row, with file and line), ``failing/<trace>.jsonl`` (each failing trace as a standalone file that
+``kpurgatory replay`` reproduces) and ``summary.json`` (also printed as tables).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import re
+import shutil
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Iterable, Iterator
+
+import attrs
+import click
+import pyarrow as pa
+from rich.console import Console
+from rich.table import Table
+
+from kpurgatory.conformance.compare import LEVELS, Difference
+from kpurgatory.conformance.replay import format_command, format_observation, replay
+from kpurgatory.conformance.spark import corpus
+from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
+from kpurgatory.conformance.trace import Header, Trace, dumps, parse_line
+from kpurgatory.model import CommandError
+from kpurgatory.model.contract import Violation
+
+PASS, FAIL = "pass", "fail"
+
+#: one schema for both kinds of result row, since a mapInArrow has one output schema
+RESULT_SCHEMA = pa.schema([
+    ("kind", pa.string()),  # "verdict" or "quarantine"
+    ("trace", pa.string()), ("source", pa.string()),
+    ("line", pa.int64()), ("seq", pa.int64()),  # verdict: the first failing step's; quarantine: the row's
+    ("rows", pa.int64()), ("traces", pa.int64()),  # traces: 1 on a verdict and on a quarantined trace's first row
+    ("verdict", pa.string()), ("profile", pa.string()), ("implementation", pa.string()),
+    ("steps", pa.int64()), ("steps_checked", pa.int64()),
+    ("command", pa.string()), ("expected", pa.string()), ("observed", pa.string()), ("difference", pa.string()),
+    ("properties", pa.list_(pa.string())), ("failures", pa.string()), ("trace_jsonl", pa.string()),
+    ("reason_kind", pa.string()), ("reason", pa.string()), ("text", pa.string()),
+])
+VERDICT_COLUMNS = ("trace", "verdict", "profile", "implementation", "source", "rows", "steps", "steps_checked",
+                   "seq as failing_seq", "line as failing_line", "command", "expected", "observed", "difference",
+                   "properties", "failures")
+QUARANTINE_COLUMNS = ("source", "line", "trace", "seq", "reason_kind", "reason", "text")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# One trace
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Rejected(ValueError):
+    """A row that cannot be part of a checked trace; ``kind`` is the quarantine's reason category."""
+
+    def __init__(self, kind: str, reason: str):
+        super().__init__(reason)
+        self.kind = kind
+
+
+def schema_kind(message: str) -> str:
+    """The reason category of a codec error message (`trace.parse_line` names the field at fault)."""
+    if message.startswith("cmd must be one of"):
+        return "unknown_command"
+    if " must contain [" in message:
+        return "missing_field"
+    if message.startswith("header.version"):
+        return "unsupported_version"
+    return "bad_field"
+
+
+def decode(row: dict) -> Header | tuple[str, object]:
+    """An input row -> what `parse_line` makes of it; Rejected says why not."""
+    if row["problem"]:
+        raise Rejected("not_utf8", row["problem"])
+    if row["text"] is not None:
+        if not row["text"].strip():
+            raise Rejected("blank_line", "blank line")
+        try:
+            document = json.loads(row["text"])
+        except ValueError as error:
+            raise Rejected("not_json", f"not JSON: {error}") from None
+    else:
+        try:
+            document = corpus.row_document(row)
+        except ValueError as error:
+            raise Rejected("not_json", str(error)) from None
+    try:
+        return parse_line(document)
+    except ValueError as error:
+        raise Rejected(schema_kind(str(error)), str(error)) from None
+
+
+def raw_text(row: dict) -> str:
+    """The row as it was read: the JSON line, or the Parquet row's fields as JSON."""
+    if row["text"] is not None or row["problem"]:
+        return row["text"]
+    return json.dumps({name: row[name] for name in ("trace", "seq", *corpus.FIELDS) if row[name] is not None})
+
+
+def quarantine(row: dict, kind: str, reason: str, traces: int = 0) -> dict:
+    return {"kind": "quarantine", "trace": row["trace"], "source": row["source"], "line": row["line"],
+            "seq": row["seq"], "rows": 1, "traces": traces, "reason_kind": kind, "reason": reason,
+            "text": raw_text(row)}
+
+
+def quarantine_trace(rows: list[dict], bad: dict[int, Rejected]) -> list[dict]:
+    """Every row of a trace with at least one bad row (``bad``: row index -> why)."""
+    first = min(bad)
+    where = f"{rows[first]['source']}:{rows[first]['line']}: {bad[first]}"
+    return [quarantine(row, bad[index].kind, str(bad[index]), int(index == 0)) if index in bad else
+            quarantine(row, "trace_quarantined", f"trace {row['trace']!r} has a bad line: {where}", int(index == 0))
+            for index, row in enumerate(rows)]
+
+
+def structure(rows: list[dict], parsed: list) -> dict[int, Rejected]:
+    """The trace's shape: one header, then seq 1, 2, 3... without gaps or repeats (rows are sorted by seq)."""
+    bad: dict[int, Rejected] = {}
+    headers = [index for index, item in enumerate(parsed) if isinstance(item, Header)]
+    if not headers:
+        return {index: Rejected("no_header", f"trace {rows[0]['trace']!r} has no header line (seq 0)")
+                for index in range(len(rows))}
+    for index in headers[1:]:
+        bad[index] = Rejected("second_header", f"trace {rows[0]['trace']!r} has a second header")
+    previous = 0
+    for index, item in enumerate(parsed):
+        if isinstance(item, Header):
+            continue
+        seq = item[1].seq
+        if seq == previous:
+            bad[index] = Rejected("seq_duplicate", f"seq {seq} appears again")
+        elif seq != previous + 1:
+            bad[index] = Rejected("seq_gap", f"seq {seq} follows seq {previous}: "
+                                             f"{previous + 1}{'' if seq == previous + 2 else f'..{seq - 1}'} missing")
+        previous = seq
+    return bad
+
+
+def verdict(rows: list[dict], trace: Trace, level: str) -> list[dict]:
+    """Replay a well-formed trace; a command the model rejects quarantines it like any other bad line."""
+    step_rows = rows[1:]
+    try:
+        report = replay(trace, level=level)
+    except CommandError as error:  # the model refuses the header's parameters
+        return quarantine_trace(rows, {0: Rejected("malformed_command", f"header: {error}")})
+    except Exception as error:  # a bug of kpurgatory's own: report it, keep the job alive
+        return quarantine_trace(rows, {0: Rejected("replay_crashed", f"{type(error).__name__}: {error}")})
+    if report.error is not None:
+        return quarantine_trace(rows, {len(report.outcomes) + 1: Rejected("malformed_command", report.error)})
+    result = {"kind": "verdict", "trace": trace.trace_id, "source": rows[0]["source"], "rows": len(rows), "traces": 1,
+              "verdict": PASS if report.ok else FAIL, "profile": trace.header.profile,
+              "implementation": trace.header.implementation, "steps": len(trace.steps),
+              "steps_checked": len(report.outcomes)}
+    failing = report.first_failure
+    if failing is not None:
+        differences = [f.what for f in failing.failures if isinstance(f.what, Difference)]
+        result.update(
+            seq=failing.seq, line=step_rows[len(report.outcomes) - 1]["line"], command=format_command(failing.command),
+            expected=format_observation(failing.model), observed=format_observation(failing.recorded),
+            difference=str(differences[0]) if differences else None,
+            properties=sorted({f.what.prop for f in failing.failures if isinstance(f.what, Violation)}),
+            failures="; ".join(map(str, failing.failures)), trace_jsonl=dumps(trace))
+    return [result]
+
+
+def check_trace(rows: list[dict], level: str) -> list[dict]:
+    """All rows of one trace id, sorted by seq -> its verdict row, or its quarantine rows."""
+    parsed, bad = [], {}
+    for index, row in enumerate(rows):
+        try:
+            item = decode(row)
+            seq = 0 if isinstance(item, Header) else item[1].seq
+            if type(seq) is not int or seq != row["seq"]:  # rows were sorted by the integer seq the reader saw
+                raise Rejected("bad_field", f"seq must be an integer, got {seq!r}")
+            parsed.append(item)
+        except Rejected as rejection:
+            parsed.append(None)
+            bad[index] = rejection
+    if bad:
+        return quarantine_trace(rows, bad)
+    bad = structure(rows, parsed)
+    if bad:
+        return quarantine_trace(rows, bad)
+    return verdict(rows, Trace(parsed[0], [step for _, step in parsed[1:]]), level)
+
+
+def lone_row(row: dict) -> dict:
+    """A row without a string trace id, quarantined alone: decoding it says why (a valid line has one)."""
+    try:
+        decode(row)
+        rejection = Rejected("bad_field", "trace: not readable as a string id")
+    except Rejected as error:
+        rejection = error
+    return quarantine(row, rejection.kind, str(rejection))
+
+
+def validate_batches(batches: Iterable[pa.RecordBatch], level: str) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: input rows sorted by trace then seq -> result rows. Rows without a trace id are judged alone;
+    the others are collected per trace, carried across batch boundaries."""
+    group: list[dict] = []
+    results: list[dict] = []
+    for batch in batches:
+        for row in batch.to_pylist():
+            if row["trace"] is None:
+                results.append(lone_row(row))
+                continue
+            if group and row["trace"] != group[0]["trace"]:
+                results += check_trace(group, level)
+                group = []
+            group.append(row)
+        if len(results) >= corpus.BATCH_ROWS:
+            yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
+            results = []
+    if group:
+        results += check_trace(group, level)
+    if results:
+        yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The job
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Summary:
+    level: str
+    files: int
+    input_rows: int
+    checked_rows: int
+    quarantined_rows: int
+    verdicts: dict[str, int]  # verdict -> traces
+    properties: dict[str, int]  # contract property -> failing traces that break it (or differ only exactly)
+    quarantine: dict[str, int]  # reason kind -> rows
+    quarantined_traces: int
+    steps_checked: int
+    seconds: float
+    failing_files: int
+
+    @property
+    def events_per_second(self) -> float:
+        return self.input_rows / self.seconds if self.seconds else 0.0
+
+    def to_json(self) -> dict:
+        return {**attrs.asdict(self), "events_per_second": round(self.events_per_second, 1)}
+
+
+def failing_name(trace_id: str) -> str:
+    """A file name for a trace id: the id itself when it is safe, else a cleaned id plus a hash (ids are unique,
+    cleaned ids need not be)."""
+    clean = re.sub(r"[^A-Za-z0-9._-]", "_", trace_id)[:100]
+    if clean != trace_id or clean.startswith("."):
+        clean += "-" + hashlib.sha1(trace_id.encode()).hexdigest()[:8]
+    return clean + ".jsonl"
+
+
+def write_failing(failing, folder: Path) -> int:
+    """Each failing trace as its own file, streamed to the driver a partition at a time."""
+    shutil.rmtree(folder, ignore_errors=True)
+    folder.mkdir()
+    written = 0
+    for row in failing.select("trace", "trace_jsonl").toLocalIterator():
+        (folder / failing_name(row.trace)).write_text(row.trace_jsonl)
+        written += 1
+    return written
+
+
+def run_validation(session, paths, out: Path, level: str = "exact", split_bytes: int = corpus.SPLIT_BYTES) -> Summary:
+    """Validate the corpus at ``paths`` into ``out``; raises AssertionError if the outputs do not reconcile."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    started = time.perf_counter()
+    loaded = corpus.load(session, corpus.discover(paths), split_bytes)
+    results = (loaded.frame.repartition("trace").sortWithinPartitions("trace", "seq", "source", "line")
+               .mapInArrow(functools.partial(validate_batches, level=level), corpus.spark_schema(RESULT_SCHEMA))
+               .persist(StorageLevel.DISK_ONLY))
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        with progress(session, "validating"):
+            results.where("kind = 'verdict'").selectExpr(*VERDICT_COLUMNS).write.mode("overwrite").parquet(
+                str(out / "verdicts.parquet"))
+        results.where("kind = 'quarantine'").selectExpr(*QUARANTINE_COLUMNS).write.mode("overwrite").parquet(
+            str(out / "quarantine.parquet"))
+        counts = results.groupBy("kind", "verdict", "reason_kind", "properties").agg(
+            F.sum("rows").alias("rows"), F.sum("traces").alias("traces"),
+            F.sum("steps_checked").alias("steps")).collect()
+        written = write_failing(results.where(f"verdict = '{FAIL}'"), out / "failing")
+    finally:
+        results.unpersist()
+    verdicts = [row for row in counts if row.kind == "verdict"]
+    quarantined = [row for row in counts if row.kind == "quarantine"]
+    by_verdict, by_property, by_reason = Counter(), Counter(), Counter()
+    for row in verdicts:
+        by_verdict[row.verdict] += row.traces
+        for prop in (row.properties or ["(exact difference only)"]) if row.verdict == FAIL else ():
+            by_property[prop] += row.traces
+    for row in quarantined:
+        by_reason[row.reason_kind] += row.rows
+    summary = Summary(
+        level=level, files=loaded.files, input_rows=loaded.rows,
+        checked_rows=sum(row.rows for row in verdicts), quarantined_rows=sum(row.rows for row in quarantined),
+        verdicts={name: by_verdict[name] for name in (PASS, FAIL)}, properties=dict(sorted(by_property.items())),
+        quarantine=dict(sorted(by_reason.items())), quarantined_traces=sum(row.traces for row in quarantined),
+        steps_checked=sum(row.steps for row in verdicts), seconds=round(time.perf_counter() - started, 3),
+        failing_files=written)
+    (out / "summary.json").write_text(json.dumps(summary.to_json(), indent=2) + "\n")
+    if summary.input_rows != summary.checked_rows + summary.quarantined_rows:
+        raise AssertionError(f"rows do not reconcile: {summary.input_rows} read, {summary.checked_rows} checked + "
+                             f"{summary.quarantined_rows} quarantined")
+    return summary
+
+
+def count_table(title: str, columns: tuple[str, str], counts: dict[str, int], show_header: bool = True) -> Table:
+    table = Table(title=title, show_header=show_header)
+    table.add_column(columns[0])
+    table.add_column(columns[1], justify="right")
+    for name, count in counts.items():
+        table.add_row(name, count if isinstance(count, str) else f"{count:,}")
+    return table
+
+
+def summary_tables(summary: Summary) -> list[Table]:
+    tables = [count_table(f"traces (level {summary.level})", ("verdict", "traces"), {
+        "[green]pass[/]": summary.verdicts[PASS], "[bold red]fail[/]": summary.verdicts[FAIL],
+        "[yellow]quarantined[/]": summary.quarantined_traces})]
+    if summary.properties:
+        tables.append(count_table("failing traces by property", ("contract property", "traces"), summary.properties))
+    if summary.quarantine:
+        tables.append(count_table("quarantined rows by reason", ("reason", "rows"), summary.quarantine))
+    tables.append(count_table("rows", ("", ""), {
+        "input rows": summary.input_rows, "= rows of checked traces": summary.checked_rows,
+        "+ quarantined rows": summary.quarantined_rows, "steps replayed": summary.steps_checked,
+        "seconds": f"{summary.seconds:,.1f}", "events/s (input rows)": f"{summary.events_per_second:,.0f}"},
+        show_header=False))
+    return tables
+
+
+@click.command("validate-traces")
+@click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kp-validate"),
+              show_default=True, help="Folder for verdicts, quarantine, failing traces and the summary.")
+@click.option("--level", type=click.Choice(LEVELS), default="exact", show_default=True)
+@with_spark_options
+def validate_command(inputs, out, level, master, conf):
+    """Replay every trace in INPUTS (JSON Lines or Parquet files, or folders of them) through the model on Spark.
+
+    Exits 0 when every trace passes and no row is quarantined, 1 when a trace fails, 2 when rows were quarantined
+    but nothing failed."""
+    session = get_session(master, parse_conf(conf), "kpurgatory validate-traces")
+    summary = run_validation(session, inputs, out, level)
+    console = Console()
+    for table in summary_tables(summary):
+        console.print(table)
+    console.print(f"outputs in {out}/: verdicts.parquet, quarantine.parquet, summary.json", soft_wrap=True)
+    if summary.failing_files:
+        console.print(f"{summary.failing_files:,} failing traces in {out}/failing/; reproduce one with: "
+                      f"kpurgatory replay {out}/failing/<trace>.jsonl", soft_wrap=True, highlight=False)
+    sys.exit(1 if summary.verdicts[FAIL] else 2 if summary.quarantined_rows else 0)

@@ -1,0 +1,128 @@
+"""validate-traces: the sample corpus gets exactly its expected verdicts and quarantine, inputs reconcile, failing
+traces reproduce with `kpurgatory replay`, and Parquet input means the same as JSON Lines."""
+
+import json
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from click.testing import CliRunner
+
+from kpurgatory.conformance.cli import main
+from kpurgatory.conformance.spark import corpus, sample
+from kpurgatory.conformance.spark.validate import run_validation, validate_batches
+
+SAMPLE_ROWS = len(sample.path().read_text().splitlines())
+
+
+def sorted_input(path) -> pa.Table:
+    plan = pa.RecordBatch.from_pylist([dict(zip(("path", "start", "end", "first"), split))
+                                       for split in corpus.line_splits(str(path), 4096)[0]])
+    return pa.Table.from_batches(corpus.read_splits([plan]), corpus.INPUT_SCHEMA).sort_by(
+        [(name, "ascending") for name in ("trace", "seq", "source", "line")])
+
+
+def test_a_trace_split_across_arrow_batches_is_judged_as_one():
+    table = sorted_input(sample.path())
+    whole = pa.Table.from_batches(validate_batches(table.to_batches(), "exact")).to_pylist()
+    for size in (1, 7, 101):
+        assert pa.Table.from_batches(validate_batches(table.to_batches(size), "exact")).to_pylist() == whole
+    assert sum(row["rows"] for row in whole) == table.num_rows == SAMPLE_ROWS
+
+
+@pytest.fixture(scope="module")
+def readme_run(spark, tmp_path_factory):
+    """The README's command, in-process: `kpurgatory validate-traces <sample> --out DIR`."""
+    out = tmp_path_factory.mktemp("validate")
+    result = CliRunner().invoke(main, ["validate-traces", str(sample.path()), "--out", str(out)],
+                                terminal_width=120)
+    return result, out
+
+
+@pytest.mark.spark
+def test_the_sample_gets_its_expected_verdicts_and_quarantine(readme_run):
+    result, out = readme_run
+    assert result.exit_code == 1, result.output  # the sample holds failing traces on purpose
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["verdicts"] == sample.EXPECTED["verdicts"]
+    assert summary["properties"] == sample.EXPECTED["properties"]
+    assert summary["quarantine"] == sample.EXPECTED["quarantine"]
+    assert summary["quarantined_traces"] == sample.EXPECTED["quarantined_traces"]
+    assert summary["input_rows"] == SAMPLE_ROWS == summary["checked_rows"] + summary["quarantined_rows"]
+    for heading in ("traces (level exact)", "failing traces by property", "quarantined rows by reason",
+                    f"{SAMPLE_ROWS:,}"):
+        assert heading in result.output
+
+
+@pytest.mark.spark
+def test_the_tables_hold_one_row_per_trace_and_per_rejected_line_with_its_position(readme_run):
+    _, out = readme_run
+    verdicts = pq.read_table(out / "verdicts.parquet").to_pylist()
+    quarantine = pq.read_table(out / "quarantine.parquet").to_pylist()
+    assert len(verdicts) == sum(sample.EXPECTED["verdicts"].values())
+    assert sum(row["rows"] for row in verdicts) + len(quarantine) == SAMPLE_ROWS
+    early = next(row for row in verdicts if row["trace"] == "fault.early-expiry")
+    assert (early["failing_seq"], early["properties"], early["observed"]) == (
+        2, ["on_time"], "None; complete(o1, expire), expire(o1)")
+    lines = sample.path().read_text().splitlines()
+    garbage = next(row for row in quarantine if row["reason_kind"] == "not_json")
+    assert (garbage["source"], lines[garbage["line"] - 1]) == (str(sample.path()), "this line is not JSON")
+    gap = [row for row in quarantine if row["trace"] == "bad.seq-gap"]
+    assert {row["reason_kind"] for row in gap} == {"seq_gap", "trace_quarantined"}
+    assert all("seq 3 follows seq 1" in row["reason"] for row in gap)
+
+
+@pytest.mark.spark
+def test_each_failing_trace_is_a_file_that_replay_reproduces(readme_run):
+    _, out = readme_run
+    files = sorted((out / "failing").glob("*.jsonl"))
+    assert [f.name for f in files] == sorted(f"{trace_id}.jsonl" for trace_id, *_ in sample.SEMANTIC_FAULTS)
+    for path in files:
+        replayed = CliRunner().invoke(main, ["replay", str(path)], terminal_width=200)
+        assert replayed.exit_code == 1 and f"FAIL {path.stem} at step" in replayed.output, replayed.output
+
+
+@pytest.mark.spark
+def test_contract_level_and_parquet_input_agree_with_json_lines(spark, tmp_path):
+    lines = [json.loads(text) for text in sample.path().read_text().splitlines()
+             if text.startswith("{")]  # the non-JSON and blank lines have no Parquet form
+    pq.write_table(pa.Table.from_pylist([corpus.line_row(line) for line in lines], corpus.PARQUET_SCHEMA),
+                   tmp_path / "sample.parquet", row_group_size=500)
+    summary = run_validation(spark, [tmp_path / "sample.parquet"], tmp_path / "out", "contract")
+    expected = dict(sample.EXPECTED["quarantine"])
+    del expected["not_json"], expected["blank_line"]
+    assert (summary.verdicts, summary.properties, summary.quarantine) == (
+        sample.EXPECTED["verdicts"], sample.EXPECTED["properties"], expected)
+    assert summary.input_rows == len(lines) == summary.checked_rows + summary.quarantined_rows
+    source = pq.read_table(tmp_path / "out" / "quarantine.parquet").column("source").to_pylist()
+    assert set(source) == {str(tmp_path / "sample.parquet")}
+
+
+def test_without_java_there_is_one_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.delenv("JAVA_HOME", raising=False)
+    result = CliRunner().invoke(main, ["validate-traces", str(sample.path())])
+    assert result.exit_code == 1
+    assert result.output.startswith("Error: Spark needs Java 17 or later") and "Traceback" not in result.output
+
+
+def test_bad_input_the_sample_lacks_is_quarantined_whole_too(tmp_path):
+    header = '{"trace":"%s","seq":0,"header":{"format":"kpurgatory-trace","version":1,"profile":"timer",' \
+             '"params":{"tick_ms":%d,"wheel_size":2,"start_ms":0},"implementation":"x"}}'
+    size = '{"trace":"%s","seq":%s,"cmd":"size","args":{},"result":0,"events":[]}'
+    text = "\n".join([
+        header % ("twice", 1), size % ("twice", 1), header % ("twice", 1),  # a second header
+        header % ("float-seq", 1), size % ("float-seq", "1.0"),  # seq 1.0 is not an integer
+        header % ("huge-tick", 2**63 - 1), size % ("huge-tick", 1),  # params the schema accepts, the model not
+        header % ("ok", 1), size % ("ok", 1),
+    ]).encode() + b'\n{"trace":"\xff"}\n'
+    (tmp_path / "odd.jsonl").write_bytes(text)
+    rows = pa.Table.from_batches(validate_batches(sorted_input(tmp_path / "odd.jsonl").to_batches(), "exact"))
+    reasons = {}
+    for row in rows.to_pylist():
+        reasons.setdefault(row["trace"], set()).add(row["reason_kind"] or row["verdict"])
+    huge_tick = reasons.pop("huge-tick")  # the model's refusal, or the codec's should it learn to refuse first
+    assert huge_tick in ({"malformed_command", "trace_quarantined"}, {"bad_field", "trace_quarantined"})
+    assert reasons == {"twice": {"second_header", "trace_quarantined"}, "float-seq": {"bad_field", "trace_quarantined"},
+                       "ok": {"pass"}, None: {"not_utf8"}}
+    assert sum(rows.column("rows").to_pylist()) == len(text.splitlines())
