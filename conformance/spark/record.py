@@ -52,16 +52,26 @@ def record_trace(target, name: str, seed: int, steps: int) -> tuple[Trace, bool]
 
 def record_batches(batches: Iterable[pa.RecordBatch], *, impl: str | None, adapter: str | None, timeout: float,
                    name: str, steps: int, broken) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: seeds (column ``id``) -> the rows of their traces, in trace order."""
-    target = None if impl == MODEL else open_system(impl=impl, adapter=adapter, timeout=timeout)
+    """mapInArrow body: seeds (column ``id``) -> the rows of their traces, in trace order. A system that broke a
+    run off is replaced by a fresh one for the next."""
+    def open_target():
+        return None if impl == MODEL else open_system(impl=impl, adapter=adapter, timeout=timeout)
+
+    target, rows = open_target(), []
     try:
         for batch in batches:
-            rows = []
             for seed in batch.column(0).to_pylist():
                 trace, complete = record_trace(target, name, seed, steps)
-                broken.add(not complete)
+                if not complete:
+                    broken.add(1)
+                    target.system.close()
+                    target = open_target()
                 for line in trace_lines(trace):
                     rows.append({**corpus.line_row(line), "text": json.dumps(line, separators=(",", ":"))})
+                if len(rows) >= corpus.BATCH_ROWS:
+                    yield pa.RecordBatch.from_pylist(rows, RECORD_SCHEMA)
+                    rows = []
+        if rows:
             yield pa.RecordBatch.from_pylist(rows, RECORD_SCHEMA)
     finally:
         if target is not None:
