@@ -135,11 +135,10 @@ TIMER_RIGS: dict[str, Callable[[Callable[[int], None]], TimerRig]] = {
 }
 
 
-def impl_purgatory(on_complete: Callable[[], None], on_expire: Callable[[], None]) -> PurgatoryRig:
-    purgatory = DelayedOperationPurgatory(purge_interval=PURGE_INTERVAL,
-                                          timer=SystemTimer.virtual(TICK_MS, WHEEL_SIZE, 0))
+def ready_flag_operation(base: type, on_complete: Callable[[], None], on_expire: Callable[[], None]) -> type:
+    """The workloads' op on any purgatory's operation class: completable once its ``ready`` flag is set."""
 
-    class Op(DelayedOperation):
+    class Op(base):
         __slots__ = ("ready",)
 
         def __init__(self, delay_ms: int):
@@ -155,6 +154,14 @@ def impl_purgatory(on_complete: Callable[[], None], on_expire: Callable[[], None
         def on_expiration(self) -> None:
             on_expire()
 
+    return Op
+
+
+def impl_purgatory(on_complete: Callable[[], None], on_expire: Callable[[], None]) -> PurgatoryRig:
+    purgatory = DelayedOperationPurgatory(purge_interval=PURGE_INTERVAL,
+                                          timer=SystemTimer.virtual(TICK_MS, WHEEL_SIZE, 0))
+
+    Op = ready_flag_operation(DelayedOperation, on_complete, on_expire)
     return PurgatoryRig(Op, purgatory.try_complete_else_watch, purgatory.check_and_complete, purgatory.advance_to,
                         purgatory.watched, purgatory.num_delayed, purgatory.shutdown)
 
@@ -188,22 +195,7 @@ def baseline_purgatory(timer: HeapqTimer | AsyncioTimer, on_complete: Callable[[
                        on_expire: Callable[[], None]) -> PurgatoryRig:
     purgatory = SimplePurgatory(timer, PURGE_INTERVAL)
 
-    class Op(SimpleOperation):
-        __slots__ = ("ready",)
-
-        def __init__(self, delay_ms: int):
-            super().__init__(delay_ms)
-            self.ready = False
-
-        def try_complete(self) -> bool:
-            return self.ready and self.force_complete()
-
-        def on_complete(self) -> None:
-            on_complete()
-
-        def on_expiration(self) -> None:
-            on_expire()
-
+    Op = ready_flag_operation(SimpleOperation, on_complete, on_expire)
     return PurgatoryRig(Op, purgatory.try_complete_else_watch, purgatory.check_and_complete, purgatory.advance_to,
                         purgatory.watched, purgatory.num_delayed, getattr(timer, "close", _noop))
 
