@@ -1,8 +1,8 @@
 """``kpurgatory spark-bench``: how fast validate-traces is, against the same replay in one plain Python process.
 
-A benchmark, not a test: run it by hand (``kpurgatory spark-bench`` or ``python -m kpurgatory.conformance.spark.bench``).
-It records a corpus of model traces (``--events`` rows in traces of ``--steps`` commands, JSON Lines, kept under
-``--corpus`` for the next run), then validates that same corpus
+A benchmark, not a test: run it by hand (``kpurgatory spark-bench`` or
+``python -m kpurgatory.conformance.spark.bench``). It records a corpus of model traces (``--events`` rows in traces
+of ``--steps`` commands, JSON Lines, kept under ``--corpus`` for the next run), then validates that same corpus
 
 * ``python`` — in this process, no Spark: read the files (`corpus.read_splits`), sort by trace and seq with pyarrow,
   and stream the batches through `validate.validate_batches`, the very function Spark runs. Its replay-only time is
@@ -13,8 +13,8 @@ It records a corpus of model traces (``--events`` rows in traces of ``--steps`` 
 and prints events/s (input rows per second), each run's peak resident memory and the cores it really used (CPU
 seconds over wall seconds; for ``python`` this process, for Spark the whole process tree: this process, the JVM and
 the Python workers), the machine's 1-minute load average when the run ended (other work on the machine slows every
-run: compare runs made under similar load) and the scaling from one core to two. Spark's plumbing is cheap when ``spark1``
-comes close to the plain process and ``spark2`` doubles it.
+run: compare runs made under similar load) and the scaling from one core to two. Spark's plumbing is cheap when
+``spark1`` comes close to the plain process and ``spark2`` doubles it, given two free cores.
 """
 
 from __future__ import annotations

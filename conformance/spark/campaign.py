@@ -16,6 +16,7 @@ import shlex
 import time
 from collections import Counter
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Iterable, Iterator
 
 import click
@@ -23,7 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kpurgatory.conformance.adapters import BUILTIN, open_system, system_factory
-from kpurgatory.conformance.check import DEFAULT_STEPS, render, run_check
+from kpurgatory.conformance.check import DEFAULT_STEPS, coverage_table, render, run_check
 from kpurgatory.conformance.compare import LEVELS
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
 from kpurgatory.conformance.trace import dumps
@@ -52,18 +53,6 @@ def run_checks(pairs: Iterable[tuple[str, int]], *, impl: str | None, adapter: s
         yield outcome
 
 
-def coverage_table(coverage: dict[str, Counter]) -> Table:
-    """Items as rows, profiles as columns; an item a profile never reached shows in red."""
-    table = Table(title="coverage over the campaign: how often the model's state reached each item")
-    table.add_column("item")
-    for profile in coverage:
-        table.add_column(profile, justify="right")
-    for item in dict.fromkeys(item for counts in coverage.values() for item in counts):
-        table.add_row(item, *("" if item not in counts else f"{counts[item]:,}" if counts[item] else "[red]0[/]"
-                              for counts in coverage.values()))
-    return table
-
-
 @click.command("campaign")
 @click.option("--impl", metavar="MODULE:FACTORY", help=f"The in-process system under test [default: {BUILTIN}].")
 @click.option("--adapter", metavar="COMMAND", help="A subprocess speaking specs/protocol.md instead.")
@@ -78,7 +67,7 @@ def coverage_table(coverage: dict[str, Counter]) -> Table:
               help="Commands per run, at most.")
 @click.option("--level", type=click.Choice(LEVELS), default="exact", show_default=True)
 @click.option("--tasks", type=click.IntRange(min=1), help="Seed ranges [default: 4 per core].")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kp-campaign"),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out/campaign"),
               show_default=True, help="Folder for counterexample traces and their step tables.")
 @with_spark_options
 def campaign_command(impl, adapter, timeout, seeds, first_seed, profile, examples, steps, level, tasks, out, master,
@@ -103,7 +92,7 @@ def campaign_command(impl, adapter, timeout, seeds, first_seed, profile, example
     for result in results:
         coverage[result["profile"]].update(result.get("coverage", {}))
     console = Console()
-    console.print(coverage_table(coverage))
+    console.print(coverage_table([SimpleNamespace(profile=name, coverage=counts) for name, counts in coverage.items()]))
     failed = [r for r in results if not r.get("passed")]
     if failed:
         folder = out / "counterexamples"

@@ -358,7 +358,7 @@ def summary_tables(summary: Summary) -> list[Table]:
 
 @click.command("validate-traces")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kp-validate"),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out/validate"),
               show_default=True, help="Folder for verdicts, quarantine, failing traces and the summary.")
 @click.option("--level", type=click.Choice(LEVELS), default="exact", show_default=True)
 @with_spark_options
