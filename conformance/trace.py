@@ -21,6 +21,7 @@ import attrs
 import fastjsonschema
 
 from kpurgatory.model import CommandError, Model
+from kpurgatory.model.machine import validate_params
 from kpurgatory.model import vocabulary as v
 
 FORMAT = "kpurgatory-trace"
@@ -179,8 +180,12 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
     if "header" in document:
         validate("header_line", document)
         body = document["header"]
-        return Header(document["trace"], body["profile"], v.Params(**body["params"]), body["implementation"],
-                      body.get("description"))
+        params = v.Params(**body["params"])
+        try:
+            validate_params(body["profile"], params)
+        except CommandError as error:  # in the schema's ranges but outside the model's domain
+            raise ValueError(f"header.params: {error}") from None
+        return Header(document["trace"], body["profile"], params, body["implementation"], body.get("description"))
     if document.get("cmd") == "init":
         raise ValueError("cmd 'init' belongs to the protocol; in a trace the header line carries the params")
     validate("step_line", document)

@@ -60,3 +60,9 @@ def test_unsupported_version_is_rejected():
 def test_an_empty_input_has_no_trace():
     with pytest.raises(TraceFormatError, match="no trace header"):
         loads("\n\n", "empty.jsonl")
+
+
+def test_params_outside_the_models_domain_are_rejected_with_the_line():
+    big = HEADER.replace('"tick_ms":1,"wheel_size":20', '"tick_ms":9223372036854775807,"wheel_size":2')
+    with pytest.raises(TraceFormatError, match="input.jsonl:1: header.params: tick_ms \\* wheel_size"):
+        loads(big, "input.jsonl")
