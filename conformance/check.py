@@ -229,6 +229,22 @@ def target_flags(impl: str | None, adapter: str | None, level: str) -> str:
     return flags + (f" --level {level}" if level != "exact" else "")
 
 
+def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads) -> None:
+    """``kpurgatory check --threads N``: refuse what the concurrent check cannot do, then run it and exit."""
+    if adapter:
+        raise click.UsageError("--threads needs an in-process system (--impl): the subprocess protocol carries one "
+                               "request at a time, so an adapter could not be called from several threads at once")
+    if profile == "timer" or junit:
+        raise click.UsageError("--threads checks the purgatory profile and writes no JUnit report: drop "
+                               + ("--profile timer" if profile == "timer" else "--junit"))
+    from kpurgatory.conformance.concurrent import check_concurrently
+
+    seed = random.randrange(2**32) if seed is None else seed
+    rerun = f"kpurgatory check --impl {impl} --threads {threads} --examples {examples} --steps {steps} --seed {seed}"
+    sys.exit(0 if check_concurrently(system_factory(impl, None, timeout), threads=threads, runs=examples, steps=steps,
+                                     seed=seed, timeout=timeout, out=out, rerun=rerun) else 1)
+
+
 def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
     """The hello of a system made for the purpose (it says which profiles to check)."""
     system = factory()
@@ -250,7 +266,11 @@ def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out"),
               show_default=True, help="Where counterexamples are written.")
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report.")
-def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit):
+@click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True,
+              help="With 2 or more: the concurrent check. That many threads call the system at once (purgatory "
+                   "profile, in-process systems), and properties are checked on the recorded history; --examples "
+                   "counts runs, --steps the calls of each thread, and --level does not apply.")
+def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads):
     """Check an implementation against the model with generated runs (the built-in one by default).
 
     Hypothesis drives the model and the implementation side by side; on a divergence it shrinks the run to a
@@ -263,6 +283,8 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
         console.print(text, markup=False, highlight=False, soft_wrap=True)
 
     impl = None if adapter else impl or BUILTIN
+    if threads > 1:
+        concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads)
     factory = system_factory(impl, adapter, timeout)
     try:
         hello = introduce(factory)

@@ -13,6 +13,7 @@ import click
 SUBCOMMANDS: dict[str, str] = {
     "bench": "kpurgatory.conformance.bench:bench_command",
     "check": "kpurgatory.conformance.check:check_command",
+    "check-history": "kpurgatory.conformance.concurrent:check_history_command",
     "mutants": "kpurgatory.conformance.mutants:mutants_command",
     "replay": "kpurgatory.conformance.replay:replay_command",
     "scenarios": "kpurgatory.conformance.replay:scenarios_command",

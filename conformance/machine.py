@@ -126,8 +126,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.model = Model(self.profile, params)
         self.checker = StepChecker(SYSTEM, Trace(Header("check", self.profile, params), ()), session.level)
         self.delays, self.gaps = strategies.delays(params), strategies.gaps(params)
-        self.reads = st.sampled_from([command for command in self.READS
-                                      if command.name != "wheel" or "wheel" in session.hello.features])
+        self.reads = st.sampled_from([command for command in self.READS if v.supported(command, session.hello.features)])
         self.attempt(lambda: session.system.init(self.profile, params), "init")
 
     def execute(self, command: v.Command) -> None:
@@ -188,7 +187,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 
 class TimerMachine(ConformanceMachine):
     profile = "timer"
-    READS = (v.Size(), v.Wheel())
+    READS = (v.Size(), v.Wheel(), v.DelayQueue())
     tasks = Bundle("tasks")
 
     @initialize(params=strategies.params("timer"), ends_with_shutdown=st.booleans())
@@ -215,7 +214,7 @@ class TimerMachine(ConformanceMachine):
 
 class PurgatoryMachine(ConformanceMachine):
     profile = "purgatory"
-    READS = (v.Watched(), v.Delayed(), v.Size(), v.Wheel())
+    READS = (v.Watched(), v.Delayed(), v.Size(), v.Wheel(), v.WatcherKeys(), v.DelayQueue())
     ops = Bundle("ops")
     keys = Bundle("keys")
     key_lists = st.lists(keys, min_size=1, max_size=4)  # small key pools: shared and duplicate keys are common
@@ -278,8 +277,13 @@ class PurgatoryMachine(ConformanceMachine):
     @precondition(lambda self: self.waiting())
     @rule(keys=key_lists, data=st.data())
     def watch_waiting_again(self, keys: list[str], data: st.DataObject) -> None:
-        """A waiting op watched again: more entries, another estimate increment, its deadline reset."""
-        self.execute(v.Watch(data.draw(st.sampled_from(sorted(self.waiting())), label="op"), keys))
+        """A waiting op watched again, mostly after part of its delay has passed: more entries, another estimate
+        increment, and its deadline reset to now + delay (a kept deadline fires early, or sits in another bucket)."""
+        op = data.draw(st.sampled_from(sorted(self.waiting())), label="op")
+        entry = self.model.ops[op].entry
+        if entry is not None and entry.expiration_ms > self.model.now_ms + 1:
+            self.execute(v.Advance(data.draw(st.integers(self.model.now_ms, entry.expiration_ms - 1), label="to_ms")))
+        self.execute(v.Watch(op, keys))
 
     @rule(key=keys)
     def cancel_key(self, key: str) -> None:

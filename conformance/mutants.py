@@ -7,10 +7,9 @@ assembly seams impl lacks (it names TimerTaskList, TimingWheel and DelayQueue di
 
 Any mutant is a system under test: ``--impl kpurgatory.conformance.mutants:<id>`` (the module resolves every id to
 its adapter class). ``kpurgatory mutants`` checks each one at the exact level (time to first failure, shrunk
-counterexample written to ``--out``) and at the contract level, and exits 1 if a mutant that some trace could tell
-apart from impl survives. A mutant marked ``equivalent`` is one no trace of the vocabulary can tell apart from impl:
-it is expected to survive (a kill means the claim is wrong, also exit 1), and the reason says what the vocabulary
-would need to see it.
+counterexample written to ``--out``), at the contract level and, for the purgatory, concurrently
+(`kpurgatory.conformance.concurrent`), and exits 1 if a mutant survives them all. A mutant marked ``race`` shows only
+when threads race, so only the concurrent check can kill it.
 """
 
 from __future__ import annotations
@@ -30,6 +29,7 @@ from rich.table import Table
 
 from kpurgatory.conformance.adapters.builtin import AdapterOperation, AdapterTask, BuiltinAdapter
 from kpurgatory.conformance.check import DEFAULT_EXAMPLES, CheckResult, run_check
+from kpurgatory.conformance.concurrent import ConcurrentResult, run_concurrent_check
 from kpurgatory.conformance.sut import Hello
 from kpurgatory.conformance.trace import write_traces
 from kpurgatory.impl.purgatory import DelayedOperationPurgatory, checked_keys
@@ -80,8 +80,6 @@ class MutantAdapter(BuiltinAdapter):
     mutant: ClassVar[Mutant]
     timer_class: ClassVar[type[Timer]] = Timer
     purgatory_class: ClassVar[type[DelayedOperationPurgatory]] = DelayedOperationPurgatory
-    operation_class: ClassVar[type[AdapterOperation]] = AdapterOperation
-    task_class: ClassVar[type[AdapterTask]] = AdapterTask
 
     def hello(self) -> Hello:
         return attrs.evolve(super().hello(), implementation=f"kpurgatory.impl with mutant {self.mutant.id}")
@@ -92,15 +90,6 @@ class MutantAdapter(BuiltinAdapter):
         self.timer = self.timer_class.virtual(params.tick_ms, params.wheel_size, params.start_ms, on_error=on_error)
         self.purgatory = self.purgatory_class(purge_interval=params.purge_interval, timer=self.timer,
                                               on_error=on_error)
-
-    def step(self, command: v.Command) -> v.Observation:
-        """A new op or task is made from the mutant's class before the built-in adapter would make impl's."""
-        if self.profile in command.profiles and not self.is_shut_down:
-            if isinstance(command, v.Watch) and command.op not in self.ops and command.delay_ms is not None:
-                self.ops[command.op] = self.operation_class(command.op, command.delay_ms, command.ready_on, self)
-            elif isinstance(command, v.TimerAdd) and command.task not in self.tasks:
-                self.tasks[command.task] = self.task_class(command.task, command.delay_ms, self)
-        return super().step(command)
 
 
 #: where a component of each kind goes: the Wheel, Timer or MutantAdapter attribute that names its class
@@ -119,8 +108,8 @@ class Mutant:
     bug_class: str
     profile: str = attrs.field(validator=attrs.validators.in_(v.PROFILES))
     component: type = attrs.field()
-    #: why no trace can tell this mutant from impl (None: some trace can, and the check must find one)
-    equivalent: str | None = None
+    #: the bug shows only when threads race: no sequential run tells it from impl, the concurrent check must
+    race: bool = False
 
     @component.validator
     def _one_kind(self, _attribute, component: type) -> None:
@@ -378,15 +367,6 @@ class WatchedWhenCompleted(AdapterOperation):
         return super().safe_try_complete_or_else(watch_as_if_pending)
 
 
-QUEUE_COPIES = ("the copies of a bucket in the delay queue share its expiration, so they are released back to back "
-                "and every copy after the first finds the bucket empty; only the queue's length (memory, CPU) "
-                "grows, and no command reads it")
-UNTHREADED = ("single-threaded, check_and_complete never reaches an op that is already completed (it skips them), "
-              "and tryComplete on a completed op has no effect the vocabulary observes; Kafka's harm was a lock "
-              "leaked by tryComplete's side effects, under a race")
-NO_KEY_READOUT = ("an empty list under a key behaves exactly like no list (check returns 0, cancel_key []); only "
-                  "a read-out of the number of keys in the watcher map (memory) could see the leak")
-
 MUTANTS: tuple[Mutant, ...] = (
     Mutant("bucket_off_by_one", "bucket index off by one: entries go to the next slot's bucket",
            "off-by-one: bucket index", "timer", BucketOffByOne),
@@ -397,7 +377,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("flush_drops_entries", "flush hands back only the head: other entries are not re-inserted",
            "lost entries: flush / cascade", "timer", FlushHeadOnly),
     Mutant("requeued_on_every_add", "setExpiration always reports a change: a bucket is queued per entry",
-           "setExpiration: double queuing", "timer", RequeuedOnEveryAdd, equivalent=QUEUE_COPIES),
+           "setExpiration: double queuing", "timer", RequeuedOnEveryAdd),
     Mutant("requeued_only_when_new", "setExpiration reports a change only for a new bucket: reused, never queued",
            "setExpiration: bucket never re-queued", "timer", QueuedOnlyWhenNew),
     Mutant("cancel_leaves_entry", "cancel forgets the entry but leaves it in its bucket",
@@ -429,11 +409,13 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("kafka_18027_completed_watched", "a completed op re-watched still joins the keys' lists",
            "KAFKA-18027: completed op watched", "purgatory", WatchedWhenCompleted),
     Mutant("kafka_2160_empty_lists_kept", "emptied watch lists are never removed from the map",
-           "KAFKA-2160: empty lists kept (leak)", "purgatory", EmptyListsKept, equivalent=NO_KEY_READOUT),
+           "KAFKA-2160: empty lists kept (leak)", "purgatory", EmptyListsKept),
     Mutant("kafka_17848_try_completed", "safeTryComplete does not skip a completed op",
-           "KAFKA-17848: tryComplete after completion", "purgatory", TriesCompleted, equivalent=UNTHREADED),
+           "KAFKA-17848: tryComplete after completion", "purgatory", TriesCompleted, race=True),
 )
 BY_ID: dict[str, Mutant] = {mutant.id: mutant for mutant in MUTANTS}
+#: the concurrent check of a purgatory mutant: worker threads and calls per thread of each run
+CONCURRENT_THREADS, CONCURRENT_STEPS = 4, 40
 
 
 def __getattr__(name: str) -> type[MutantAdapter]:
@@ -450,21 +432,28 @@ def __getattr__(name: str) -> type[MutantAdapter]:
 
 @attrs.frozen
 class Outcome:
-    """A mutant's two checks: ``exact`` (whose counterexample is kept) and ``contract``."""
+    """A mutant's checks: ``exact`` (whose counterexample is kept), ``contract`` and, for the purgatory,
+    ``concurrent`` (whose failing history is kept)."""
 
     mutant: Mutant
     exact: CheckResult
     contract: CheckResult
+    concurrent: ConcurrentResult | None
 
     @property
-    def unexpected(self) -> bool:
-        """A survivor that should have been killed, or a kill of a mutant believed equivalent."""
-        return self.exact.passed != bool(self.mutant.equivalent)
+    def killed(self) -> bool:
+        return not self.exact.passed or (self.concurrent is not None and not self.concurrent.passed)
+
+    @property
+    def time_to_first_failure_s(self) -> float | None:
+        if not self.exact.passed:
+            return self.exact.time_to_first_failure_s
+        return None if self.concurrent is None or self.concurrent.passed else self.concurrent.elapsed_s
 
 
 def check_mutant(mutant: Mutant, *, examples: int, seed: int, out_dir: Path | None) -> Outcome:
-    """Both checks of one mutant (runs of the check's default length); the exact level's counterexample is written
-    to ``out_dir/<id>.jsonl``."""
+    """The checks of one mutant (runs of the check's default length); the exact level's counterexample is written
+    to ``out_dir/<id>.jsonl``, a failing concurrent history to ``out_dir/<id>-concurrent.jsonl``."""
     results = {level: run_check(adapter_class(mutant), profile=mutant.profile, level=level, examples=examples,
                                 seed=seed)
                for level in ("exact", "contract")}
@@ -474,37 +463,49 @@ def check_mutant(mutant: Mutant, *, examples: int, seed: int, out_dir: Path | No
                               description=f"mutant {mutant.id} ({mutant.description}): {exact.failure_summary}")
         path = write_traces(out_dir / f"{mutant.id}.jsonl", attrs.evolve(exact.counterexample, header=header))
         exact = attrs.evolve(exact, trace_path=path)
-    return Outcome(mutant, exact, results["contract"])
+    concurrent = None
+    if mutant.profile == "purgatory":
+        concurrent = run_concurrent_check(adapter_class(mutant), threads=CONCURRENT_THREADS, runs=examples,
+                                          steps=CONCURRENT_STEPS, seed=seed)
+        if not concurrent.passed and out_dir is not None:
+            history = attrs.evolve(concurrent.history, header=attrs.evolve(
+                concurrent.history.header, trace_id=f"mutant-{mutant.id}-concurrent",
+                description=f"mutant {mutant.id} ({mutant.description})"))
+            path = write_traces(out_dir / f"{mutant.id}-concurrent.jsonl", history)
+            concurrent = attrs.evolve(concurrent, history=history, history_path=path)
+    return Outcome(mutant, exact, results["contract"], concurrent)
 
 
-def verdict(result: CheckResult, mutant: Mutant, level: str) -> str:
-    """Surviving the contract level is no failure: it does not ask for Kafka's wheel layout or purge schedule."""
+def verdict(result: CheckResult | ConcurrentResult | None, outcome: Outcome) -> str:
+    """Surviving one check is no failure as long as another kills the mutant: the contract level does not ask for
+    Kafka's wheel layout or purge schedule, the concurrent check cannot see what no race changes, and a race is
+    invisible to the sequential checks."""
+    if result is None:
+        return "-"
     if not result.passed:
         return "[green]killed[/]"
-    if mutant.equivalent:
-        return "[yellow]survived (equivalent)[/]"
-    return "[bold red]SURVIVED[/]" if level == "exact" else "survived"
+    return "survived" if outcome.killed else "[bold red]SURVIVED[/]"
 
 
 def results_table(outcomes: list[Outcome], seed: int, examples: int) -> Table:
     table = Table(title=f"mutants: seed {seed}, up to {examples} examples per check")
-    for column in ("mutant", "profile", "bug class", "exact", "first failure", "shrunk (steps)", "contract"):
+    for column in ("mutant", "profile", "bug class", "exact", "first failure", "shrunk (steps)", "contract",
+                   "concurrent"):
         table.add_column(column, justify="right" if column in ("first failure", "shrunk (steps)") else "left")
     for outcome in outcomes:
-        exact = outcome.exact
+        exact, first_failure = outcome.exact, outcome.time_to_first_failure_s
         table.add_row(outcome.mutant.id, outcome.mutant.profile, outcome.mutant.bug_class,
-                      verdict(exact, outcome.mutant, "exact"),
-                      "" if exact.passed else f"{exact.time_to_first_failure_s:.2f} s",
+                      verdict(exact, outcome), "" if first_failure is None else f"{first_failure:.2f} s",
                       "" if exact.shrunk_length is None else str(exact.shrunk_length),
-                      verdict(outcome.contract, outcome.mutant, "contract"))
+                      verdict(outcome.contract, outcome), verdict(outcome.concurrent, outcome))
     return table
 
 
 def medians(outcomes: list[Outcome]) -> tuple[float | None, float | None]:
-    """Median time to first failure and median shrunk length over the mutants the exact level killed."""
-    killed = [outcome.exact for outcome in outcomes if not outcome.exact.passed]
-    times = [result.time_to_first_failure_s for result in killed]
-    lengths = [result.shrunk_length for result in killed if result.shrunk_length is not None]
+    """Median time to first failure over the mutants killed, and median shrunk length over those the exact level
+    killed (a concurrent history is not shrunk)."""
+    times = [outcome.time_to_first_failure_s for outcome in outcomes if outcome.killed]
+    lengths = [outcome.exact.shrunk_length for outcome in outcomes if outcome.exact.shrunk_length is not None]
     return (statistics.median(times) if times else None, statistics.median(lengths) if lengths else None)
 
 
@@ -518,11 +519,10 @@ def medians(outcomes: list[Outcome]) -> tuple[float | None, float | None]:
 @click.option("--list", "list_only", is_flag=True, help="List the mutants and exit.")
 def mutants_command(only, examples, seed, out, list_only):
     """Check the conformance suite's power: run `kpurgatory check` against seeded bugs in the built-in
-    implementation, at the exact and the contract level.
+    implementation, at the exact and the contract level and, for the purgatory, with threads (--threads 4).
 
     Prints whether each mutant was killed, how long the first failure took and how short the counterexample
-    shrank, and the medians of both. Exits 1 if a mutant survives (other than the ones marked equivalent: no
-    trace can tell those from the built-in implementation) or an equivalent one is killed."""
+    shrank, and the medians of both. Exits 1 if a mutant survives every check."""
     unknown = sorted(set(only) - set(BY_ID))
     if unknown:
         raise click.BadParameter(f"unknown mutant ids: {', '.join(unknown)}", param_hint="--only")
@@ -542,19 +542,20 @@ def mutants_command(only, examples, seed, out, list_only):
             progress.advance(task)
     console.print(results_table(outcomes, seed, examples))
     median_time, median_length = medians(outcomes)
-    killed = sum(not outcome.exact.passed for outcome in outcomes)
-    by_contract = sum(not outcome.contract.passed for outcome in outcomes)
-    console.print(f"exact level killed {killed}/{len(outcomes)}, contract level {by_contract}/{len(outcomes)}; "
-                  f"median time to first failure "
+    killed = sum(outcome.killed for outcome in outcomes)
+    by_level = {level: sum(not getattr(outcome, level).passed for outcome in outcomes
+                           if getattr(outcome, level) is not None) for level in ("exact", "contract", "concurrent")}
+    console.print(f"killed {killed}/{len(outcomes)} (exact level {by_level['exact']}, contract level "
+                  f"{by_level['contract']}, concurrent {by_level['concurrent']}); median time to first failure "
                   f"{'-' if median_time is None else f'{median_time:.2f} s'}, median shrunk length "
                   f"{'-' if median_length is None else f'{median_length:g} steps'}")
-    for outcome in outcomes:
-        if outcome.mutant.equivalent:
-            console.print(f"[yellow]{outcome.mutant.id}[/] is equivalent: {outcome.mutant.equivalent}")
     if any(outcome.exact.trace_path for outcome in outcomes):
         console.print(f"counterexamples in {out}/; reproduce one with: kpurgatory replay {out}/ID.jsonl "
                       f"--impl kpurgatory.conformance.mutants:ID", markup=False, highlight=False)
-    unexpected = [outcome.mutant.id for outcome in outcomes if outcome.unexpected]
-    if unexpected:
-        console.print(f"[bold red]FAIL[/] unexpected verdicts: {', '.join(unexpected)}")
-    sys.exit(1 if unexpected else 0)
+    if any(outcome.concurrent and outcome.concurrent.history_path for outcome in outcomes):
+        console.print(f"failing histories in {out}/ID-concurrent.jsonl; check one with: kpurgatory check-history "
+                      f"{out}/ID-concurrent.jsonl", markup=False, highlight=False)
+    survivors = [outcome.mutant.id for outcome in outcomes if not outcome.killed]
+    if survivors:
+        console.print(f"[bold red]FAIL[/] survived every check: {', '.join(survivors)}")
+    sys.exit(1 if survivors else 0)

@@ -8,6 +8,9 @@ their own test run:
 
     def test_my_timer_passes_the_check(kpurgatory_check):
         kpurgatory_check(MyAdapter, profile="timer")   # fails with the counterexample's step table and path
+
+    def test_my_purgatory_is_thread_safe(kpurgatory_check_concurrently):
+        kpurgatory_check_concurrently(MyAdapter, threads=4)   # fails with the violations and the history
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from typing import Callable
 import pytest
 
 from kpurgatory.conformance.check import CheckResult, run_check
+from kpurgatory.conformance.concurrent import ConcurrentResult, render, run_concurrent_check
 from kpurgatory.conformance.replay import ReplayReport, replay, scenarios
 from kpurgatory.conformance.sut import SystemUnderTest
 from kpurgatory.conformance.trace import Trace
@@ -55,6 +59,24 @@ def kpurgatory_check(tmp_path: Path):
         result = run_check(factory, profile=profile, out_dir=tmp_path / "kpurgatory", **options)
         if not result.passed:
             pytest.fail(result.failure_report(), pytrace=False)
+        return result
+
+    return check
+
+
+@pytest.fixture
+def kpurgatory_check_concurrently(tmp_path: Path):
+    """``check(factory, threads=4, runs=100, steps=60, seed=None)``: the concurrent check
+    (`kpurgatory.conformance.concurrent.run_concurrent_check`). A failure fails the test with the violations, the
+    whole history and the path of its file (under the test's tmp_path); a pass returns the `ConcurrentResult`."""
+
+    def check(factory: Callable[[], SystemUnderTest], *, threads: int = 4, runs: int = 100, steps: int = 60,
+              **options) -> ConcurrentResult:
+        result = run_concurrent_check(factory, threads=threads, runs=runs, steps=steps,
+                                      out_dir=tmp_path / "kpurgatory", **options)
+        if not result.passed:
+            pytest.fail(f"{result.implementation} fails the concurrent check (seed {result.seed}); history: "
+                        f"{result.history_path}\n{render(result.history, result.violations)}", pytrace=False)
         return result
 
     return check

@@ -86,12 +86,18 @@ class StepChecker:
         return failures
 
 
+CONCURRENT_HISTORY = ("a concurrent history has no order to replay its steps in; check it with "
+                      "`kpurgatory check-history`")
+
+
 def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "exact", *,
-           check_recording: bool = True, features: tuple[str, ...] = ("wheel",)) -> ReplayReport:
+           check_recording: bool = True, features: tuple[str, ...] = v.OPTIONAL) -> ReplayReport:
     """Replay ``trace``; see the module docstring. ``features`` are the optional commands ``system`` supports."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     header = trace.header
+    if header.threads is not None:
+        return ReplayReport(trace, "model" if system is None else "system", level, (), CONCURRENT_HISTORY)
     model = Model(header.profile, header.params)
     recording = StepChecker(RECORDING, trace, level) if check_recording else None
     sut = StepChecker(SYSTEM, trace, level) if system is not None else None
@@ -111,7 +117,7 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
         if recording is not None:
             failures += recording.check(step.command, expected, step.observation)
         observed = None
-        if sut is not None and (step.command.name != "wheel" or "wheel" in features):
+        if sut is not None and v.supported(step.command, features):
             try:
                 observed = system.step(step.command)
             except Exception as error:  # the system failed: stop, keep the trace so far
@@ -260,6 +266,9 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps):
         loaded = [trace for path in traces for trace in read_traces(path)]
     except TraceFormatError as error:
         click.echo(f"Error: {error}", err=True)
+        sys.exit(2)
+    if histories := [trace.trace_id for trace in loaded if trace.header.threads is not None]:
+        click.echo(f"Error: {', '.join(histories)}: {CONCURRENT_HISTORY}", err=True)
         sys.exit(2)
     sys.exit(0 if run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12) else 1)
 

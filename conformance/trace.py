@@ -7,6 +7,11 @@
 A step line is a protocol request (cmd, args) merged with its response (result, events, error), so traces, the
 subprocess protocol, the Spark pipeline and z3 counterexamples share one codec: this module. Every line is checked
 against specs/kpurgatory.schema.json; a bad line is reported with its file, line number and the field at fault.
+
+A *concurrent history* is a trace too: its header says how many ``threads`` ran at once, and each step carries its
+`Timing` (the thread, the logical times of invocation and return, and the failure if the system raised). Its steps
+are numbered in order of invocation; they cannot be replayed one after the other, only checked
+(`kpurgatory.conformance.concurrent`).
 """
 
 from __future__ import annotations
@@ -115,6 +120,24 @@ class Header:
     params: v.Params
     implementation: str = "kpurgatory.model"
     description: str | None = None
+    #: a concurrent history: how many threads called the system at once (None: a sequential trace)
+    threads: int | None = None
+
+
+@attrs.frozen
+class Timing:
+    """Where a step of a concurrent history ran: its ``thread`` and the logical times (one counter shared by all
+    threads) of its invocation and return. ``returned`` is None for a call still running when the run ended (a hang);
+    ``failure`` says what the system raised instead of answering."""
+
+    thread: str
+    invoked: int
+    returned: int | None
+    failure: str | None = None
+
+    def precedes(self, other: Timing) -> bool:
+        """This call returned before ``other`` was invoked (real-time order)."""
+        return self.returned is not None and self.returned < other.invoked
 
 
 @attrs.frozen
@@ -122,6 +145,7 @@ class Step:
     seq: int
     command: v.Command
     observation: v.Observation
+    timing: Timing | None = None
 
 
 @attrs.frozen
@@ -147,12 +171,19 @@ def header_line(header: Header) -> dict:
             "params": params_to_json(header.params), "implementation": header.implementation}
     if header.description:
         body["description"] = header.description
+    if header.threads is not None:
+        body["threads"] = header.threads
     return {"trace": header.trace_id, "seq": 0, "header": body}
 
 
 def step_line(trace_id: str, step: Step) -> dict:
-    return {"trace": trace_id, "seq": step.seq, **command_to_json(step.command),
+    line = {"trace": trace_id, "seq": step.seq, **command_to_json(step.command),
             **observation_to_json(step.observation)}
+    if step.timing is not None:
+        line.update(thread=step.timing.thread, invoked=step.timing.invoked, returned=step.timing.returned)
+        if step.timing.failure is not None:
+            line["failure"] = step.timing.failure
+    return line
 
 
 def trace_lines(trace: Trace) -> Iterator[dict]:
@@ -185,11 +216,15 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
             validate_params(body["profile"], params)
         except CommandError as error:  # in the schema's ranges but outside the model's domain
             raise ValueError(f"header.params: {error}") from None
-        return Header(document["trace"], body["profile"], params, body["implementation"], body.get("description"))
+        return Header(document["trace"], body["profile"], params, body["implementation"], body.get("description"),
+                      body.get("threads"))
     if document.get("cmd") == "init":
         raise ValueError("cmd 'init' belongs to the protocol; in a trace the header line carries the params")
     validate("step_line", document)
-    step = Step(document["seq"], command_from_json(document["cmd"], document["args"]), observation_from_json(document))
+    timing = (Timing(document["thread"], document["invoked"], document["returned"], document.get("failure"))
+              if "thread" in document else None)
+    step = Step(document["seq"], command_from_json(document["cmd"], document["args"]), observation_from_json(document),
+                timing)
     return document["trace"], step
 
 
@@ -215,6 +250,13 @@ def loads(text: str, source: str = "<trace>") -> list[Trace]:
         trace_id, step = parsed
         if trace_id not in headers:
             raise TraceFormatError(f"trace {trace_id!r}: step before its header line", source, number)
+        concurrent = headers[trace_id].threads is not None
+        if (step.timing is not None) != concurrent:
+            raise TraceFormatError(f"trace {trace_id!r}: " + (
+                "a step of a concurrent history needs thread, invoked and returned" if concurrent else
+                "thread, invoked and returned belong to concurrent histories (a header with threads)"), source, number)
+        if step.timing is not None and step.timing.returned is not None and step.timing.returned <= step.timing.invoked:
+            raise TraceFormatError(f"trace {trace_id!r}: returned must come after invoked", source, number)
         expected = len(steps[trace_id]) + 1
         if step.seq != expected:
             raise TraceFormatError(f"trace {trace_id!r}: seq {step.seq} where {expected} was expected", source, number)

@@ -289,6 +289,14 @@ class DelayedOperationPurgatory:
                 total += sum(map(len, shard.watchers_by_key.values()))
         return total
 
+    def watcher_keys(self) -> list[Hashable]:
+        """The keys that have a watch list (never an empty one, once every call has returned), sorted."""
+        keys = []
+        for shard in self._shards:
+            with shard.lock:
+                keys.extend(shard.watchers_by_key)
+        return sorted(keys)
+
     def num_delayed(self) -> int:
         return self.timer.size()
 

@@ -263,6 +263,10 @@ class DelayQueue:
         if self._waiters and self.heap[0] is item:  # a new earliest bucket: the reaper's wait is too long now
             self._condition.notify()
 
+    def expirations(self) -> list[int]:
+        """The expirations of the queued buckets, sorted; a bucket queued twice counts twice."""
+        return sorted(expiration for expiration, _, _ in self.heap)
+
     def poll_due(self, now_ms: int) -> TimerTaskList | None:
         """The earliest bucket whose expiration is at or before ``now_ms``, removed from the queue; else None."""
         heap = self.heap
@@ -568,6 +572,11 @@ class SystemTimer:
         with self._lock:
             return [entry.task for wheel in self.timing_wheel.levels() for bucket in wheel.buckets
                     for entry in bucket]
+
+    def queued_expirations(self) -> list[int]:
+        """The delay queue read-out: expirations of the queued buckets, sorted, duplicates kept."""
+        with self._lock:
+            return self.queue.expirations()
 
     def describe(self, label: Callable[[TimerTask], object] = repr) -> dict:
         """The wheel read-out of the model's ``describe``: levels finest first, non-empty buckets by slot, each entry

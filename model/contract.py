@@ -10,7 +10,8 @@ keeps only what the observations imply, never the system's internals. Each prope
   justified        An operation completes by try/check only if its condition could hold (set_ready was seen, or
                    ready_on was given); by check only through a key it is watched on; by force only in a force of
                    that op; by expiry only while it is in the timer. watch, try and force return True exactly when
-                   they completed the op themselves.
+                   they completed the op themselves. A check never calls tryComplete on a completed op (stale_try,
+                   KAFKA-17848).
   no_lost_wakeup   An operation whose condition is known to hold (set_ready seen) is completed by a check of a key
                    it is watched on, or by a direct try.
   on_time          Nothing fires before the start of its tick, floor(E / tick) * tick (so at most tick - 1 ms early,
@@ -144,6 +145,9 @@ class ContractMonitor:
                     self.fail("exactly_once", f"onExpiration of {event.op!r} not right after its completion by expiry")
             elif isinstance(event, v.Purge):
                 self.purge(command)
+            elif isinstance(event, v.StaleTry):
+                self.fail("justified", f"{command.name} called tryComplete on {event.op!r}, already completed "
+                                       f"(KAFKA-17848)")
         return completions
 
     def complete(self, command: v.Command, event: v.Complete) -> None:
@@ -292,4 +296,17 @@ class ContractMonitor:
         self.expect_result("counters", command, sorted(observation.result or []), self.pending_in_timer())
 
     def _on_wheel(self, command: v.Wheel, observation: v.Observation) -> None:
+        self.apply_events(command, observation)
+
+    def _on_delay_queue(self, command: v.DelayQueue, observation: v.Observation) -> None:
+        self.apply_events(command, observation)
+
+    def _on_watcher_keys(self, command: v.WatcherKeys, observation: v.Observation) -> None:
+        live = {key for key, entries in self.live.items() if +entries}
+        stale = {key for key, entries in self.stale.items() if +entries}
+        listed = set(observation.result or ())
+        if not live <= listed <= live | stale:
+            self.fail("watcher_cleanup", f"watcher_keys() = {sorted(listed)}; expected the keys with live entries "
+                                         f"{sorted(live)}, plus possibly {sorted(stale - live)} (completed entries "
+                                         f"not yet due for removal)")
         self.apply_events(command, observation)

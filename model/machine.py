@@ -183,6 +183,14 @@ class Model:
     def _(self, command: v.Wheel) -> dict:
         return self.timer.describe()
 
+    @_execute.register
+    def _(self, command: v.WatcherKeys) -> list[str]:
+        return self.purgatory.watcher_keys()
+
+    @_execute.register
+    def _(self, command: v.DelayQueue) -> list[int]:
+        return self.timer.queued_expirations()
+
     # --- lookups ----------------------------------------------------------------------------------------------
 
     def _op(self, op_id: str) -> DelayedOperation:

@@ -223,6 +223,10 @@ class DelayedOperationPurgatory:
             self.estimated_total_operations = self.num_delayed()
             self.journal.record(Purge(self.purge_completed()))
 
+    def watcher_keys(self) -> list[str]:
+        """The keys that have a watch list (never an empty one)."""
+        return sorted(self.watchers)
+
     def purge_is_due(self) -> bool:
         """The purge rule: strictly more than ``purge_interval`` operations estimated gone from the timer."""
         return self.estimated_total_operations - self.num_delayed() > self.purge_interval

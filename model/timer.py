@@ -154,6 +154,10 @@ class DelayQueue:
     def offer(self, bucket: TimerTaskList) -> None:
         heapq.heappush(self.heap, (bucket.expiration_ms, next(self._offers), bucket))
 
+    def expirations(self) -> list[int]:
+        """The expirations of the queued buckets, sorted; a bucket queued twice counts twice."""
+        return sorted(expiration for expiration, _, _ in self.heap)
+
     def poll_due(self, now_ms: int) -> TimerTaskList | None:
         """The earliest bucket whose expiration is at or before ``now_ms``, removed from the queue; else None."""
         if self.heap and self.heap[0][0] <= now_ms:
@@ -294,6 +298,10 @@ class SystemTimer:
 
     def pending(self) -> list[TimerTask]:
         return [entry.task for wheel in self.timing_wheel.levels() for bucket in wheel.buckets for entry in bucket.entries]
+
+    def queued_expirations(self) -> list[int]:
+        """The delay queue read-out: expirations of the queued buckets, sorted, duplicates kept."""
+        return self.queue.expirations()
 
     def describe(self) -> dict:
         """The wheel read-out of the ``wheel`` command: levels finest first, non-empty buckets by slot."""

@@ -9,7 +9,8 @@ A command is a frozen attrs class. Its observation is a result (a JSON value), t
 the order they happened, and, for a command the purgatory rejects, an error code instead of a result.
 
 Profiles select which commands a system under test must understand:
-  * ``timer``      — a bare timing wheel: timer_add, timer_cancel, advance, size, shutdown (and wheel).
+  * ``timer``      — a bare timing wheel: timer_add, timer_cancel, advance, size, shutdown (and the optional
+                     read-outs wheel and delay_queue).
   * ``purgatory``  — the delayed-operation purgatory over its timer: everything else.
 """
 
@@ -196,13 +197,38 @@ class Wheel(Command):
     name: ClassVar[str] = "wheel"
 
 
+@attrs.frozen
+class WatcherKeys(Command):
+    """Optional read-out of the watcher map: the keys that have a watch list, sorted. An emptied list is removed
+    with its key (KAFKA-2160: kept, they leaked), so a key shows only while an entry is watched under it."""
+
+    name: ClassVar[str] = "watcher_keys"
+    profiles: ClassVar[tuple[str, ...]] = ("purgatory",)
+
+
+@attrs.frozen
+class DelayQueue(Command):
+    """Optional read-out of the timer's delay queue: the expirations of the queued buckets, sorted, a bucket queued
+    twice counted twice. A bucket is queued when its expiration changes (setExpiration), once per round of its
+    wheel; queued more often, it costs memory and polls, and nothing else shows it."""
+
+    name: ClassVar[str] = "delay_queue"
+
+
 COMMANDS: dict[str, type[Command]] = {
     cls.name: cls
     for cls in (
         TimerAdd, TimerCancel, Watch, SetReady, Check, CancelKey, Force, Try, Cancel,
-        Advance, Watched, Delayed, Size, Shutdown, Wheel,
+        Advance, Watched, Delayed, Size, Shutdown, Wheel, WatcherKeys, DelayQueue,
     )
 }
+
+#: read-outs a system may lack: it lists the ones it supports in its hello's features, and only those are sent
+OPTIONAL: tuple[str, ...] = ("wheel", "watcher_keys", "delay_queue")
+
+
+def supported(command: Command, features: tuple[str, ...]) -> bool:
+    return command.name not in OPTIONAL or command.name in features
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -252,7 +278,18 @@ class Purge(Event):
     count: int
 
 
-EVENTS: dict[str, type[Event]] = {cls.kind: cls for cls in (Complete, Expire, Run, Purge)}
+@attrs.frozen
+class StaleTry(Event):
+    """checkAndComplete called ``op``'s tryComplete although the op had already completed (KAFKA-17848: tryComplete
+    ran after onComplete and leaked what it acquired). checkAndComplete must skip completed ops, under the op's lock,
+    so the model never reports it; a correct purgatory may, only when a completion that does not take the op's lock
+    (expiry, a direct forceComplete or tryComplete) races with the check."""
+
+    kind: ClassVar[str] = "stale_try"
+    op: str
+
+
+EVENTS: dict[str, type[Event]] = {cls.kind: cls for cls in (Complete, Expire, Run, Purge, StaleTry)}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -1,7 +1,9 @@
 """The in-process adapter for kpurgatory.impl: each vocabulary command becomes one call into the library.
 
 ``factory()`` returns a `SystemUnderTest` running impl's timer and purgatory in virtual-clock mode (the same code as
-the threaded mode, with the clock injected and expired tasks run inline), so a run is deterministic.
+the threaded mode, with the clock injected and expired tasks run inline), so a run is deterministic. The adapter is
+thread-safe, as the concurrent check needs: events and the route of a completion are kept per thread, because
+``on_complete`` runs in the thread whose ``force_complete`` won and so belongs to that thread's command.
 
 The ops of the purgatory profile behave exactly like the model's: an op's ``try_complete`` counts its calls and its
 condition holds from the ``ready_on``-th call on, or once ``set_ready`` was called. ``on_complete`` reports which
@@ -12,7 +14,9 @@ check_and_complete, ``expire`` for the timer and ``force`` for a direct force_co
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
 
 from kpurgatory.conformance.sut import Hello, SystemUnderTest
 from kpurgatory.impl.purgatory import DelayedOperation, DelayedOperationPurgatory, EmptyKeysError, checked_keys
@@ -32,13 +36,13 @@ class AdapterTask(TimerTask):
         self.adapter = adapter
 
     def run(self) -> None:
-        self.adapter.events.append(v.Run(self.task_id))
+        self.adapter.record(v.Run(self.task_id))
 
 
 class AdapterOperation(DelayedOperation):
     """A delayed operation whose condition the trace controls (the model's DelayedOperation)."""
 
-    __slots__ = ("op_id", "ready_on", "ready", "try_calls", "via", "adapter")
+    __slots__ = ("op_id", "ready_on", "ready", "try_calls", "adapter")
 
     def __init__(self, op_id: str, delay_ms: int, ready_on: int | None, adapter: BuiltinAdapter):
         super().__init__(delay_ms)
@@ -46,43 +50,65 @@ class AdapterOperation(DelayedOperation):
         self.ready_on = ready_on
         self.ready = False
         self.try_calls = 0
-        self.via = "force"
         self.adapter = adapter
 
     def try_complete(self) -> bool:
-        self.try_calls += 1
-        if self.ready or (self.ready_on is not None and self.try_calls >= self.ready_on):
-            self.via = self.adapter.try_route
+        with self.lock:  # the purgatory already holds it (reentrant); a direct `try` must count under it too
+            self.try_calls += 1
+            calls = self.try_calls
+            if self.completed and self.adapter.current.route == "check":
+                self.adapter.record(v.StaleTry(self.op_id))
+        if self.ready or (self.ready_on is not None and calls >= self.ready_on):
             return self.force_complete()
         return False
 
     def run(self) -> None:
-        self.via = "expire"
-        super().run()
+        with self.adapter.route("expire"):
+            super().run()
 
     def on_complete(self) -> None:
-        self.adapter.events.append(v.Complete(self.op_id, self.via))
+        self.adapter.record(v.Complete(self.op_id, self.adapter.current.route))
 
     def on_expiration(self) -> None:
-        self.adapter.events.append(v.Expire(self.op_id))
+        self.adapter.record(v.Expire(self.op_id))
+
+
+#: the route (``via``) of a completion made while a command runs, unless the timer's expiry makes it
+ROUTES = {v.Watch: "try", v.Try: "try", v.Check: "check", v.Force: "force"}
 
 
 class BuiltinAdapter:
-    """`SystemUnderTest` over kpurgatory.impl in virtual-clock mode."""
+    """`SystemUnderTest` over kpurgatory.impl in virtual-clock mode. ``operation_class`` and ``task_class`` make the
+    ops and tasks (the mutants replace them)."""
+
+    operation_class: type[AdapterOperation] = AdapterOperation
+    task_class: type[AdapterTask] = AdapterTask
 
     def __init__(self) -> None:
         self.profile: str | None = None
-        self.events: list[v.Event] = []
-        #: the via of a tryComplete: "check" while check_and_complete walks, "try" otherwise
-        self.try_route = "try"
+        #: per thread: ``events`` of the command it runs and the ``route`` a completion made now would take
+        self.current = threading.local()
         self.timer: SystemTimer | None = None
         self.purgatory: DelayedOperationPurgatory | None = None
         self.tasks: dict[str, AdapterTask] = {}
         self.ops: dict[str, AdapterOperation] = {}
+        self.creating = threading.Lock()
         self.is_shut_down = False
 
+    def record(self, event: v.Event) -> None:
+        self.current.events.append(event)
+
+    @contextlib.contextmanager
+    def route(self, route: str):
+        outer = self.current.route
+        self.current.route = route
+        try:
+            yield
+        finally:
+            self.current.route = outer
+
     def hello(self) -> Hello:
-        return Hello(implementation="kpurgatory.impl", profiles=v.PROFILES, features=("wheel",))
+        return Hello(implementation="kpurgatory.impl", profiles=v.PROFILES, features=v.OPTIONAL)
 
     def init(self, profile: str, params: v.Params) -> None:
         if profile not in v.PROFILES:
@@ -103,14 +129,15 @@ class BuiltinAdapter:
             raise CommandError(f"{command.name}: no command may follow shutdown")
         if self.profile not in command.profiles:
             raise CommandError(f"{command.name}: not a command of the {self.profile} profile")
-        self.events = []
+        events = self.current.events = []
+        self.current.route = ROUTES.get(type(command), "try")
         try:
             result, error = self._execute(command), None
         except (EmptyKeysError, TimerDomainError) as rejection:
             if rejection.code not in v.ERRORS:
                 raise CommandError(f"{command.name}: {rejection}") from None
             result, error = None, rejection.code
-        return v.Observation(result=result, events=tuple(self.events), error=error)
+        return v.Observation(result=result, events=tuple(events), error=error)
 
     def close(self) -> None:
         if self.timer is not None and not self.is_shut_down:
@@ -125,10 +152,11 @@ class BuiltinAdapter:
 
     @_execute.register
     def _(self, command: v.TimerAdd) -> None:
-        task = self.tasks.get(command.task)
-        if task is None:
-            task = self.tasks[command.task] = AdapterTask(command.task, command.delay_ms, self)
-        elif task.delay_ms != command.delay_ms:
+        with self.creating:
+            task = self.tasks.get(command.task)
+            if task is None:
+                task = self.tasks[command.task] = self.task_class(command.task, command.delay_ms, self)
+        if task.delay_ms != command.delay_ms:
             raise CommandError(f"timer_add: task {command.task!r} was created with delay_ms={task.delay_ms}, "
                                f"not {command.delay_ms} (a task's delay is fixed, as in Kafka)")
         self.timer.add(task)
@@ -141,16 +169,17 @@ class BuiltinAdapter:
 
     @_execute.register
     def _(self, command: v.Watch) -> bool:
-        op = self.ops.get(command.op)
-        if op is None:
-            if command.delay_ms is None:
-                raise CommandError(f"watch: delay_ms is required the first time op {command.op!r} is watched")
-            op = self.ops[command.op] = AdapterOperation(command.op, command.delay_ms, command.ready_on, self)
-        else:
-            for field in ("delay_ms", "ready_on"):
-                given, fixed = getattr(command, field), getattr(op, field)
-                if given is not None and given != fixed:
-                    raise CommandError(f"watch: op {command.op!r} was created with {field}={fixed}, not {given}")
+        with self.creating:
+            op = self.ops.get(command.op)
+            if op is None:
+                if command.delay_ms is None:
+                    raise CommandError(f"watch: delay_ms is required the first time op {command.op!r} is watched")
+                op = self.ops[command.op] = self.operation_class(command.op, command.delay_ms, command.ready_on,
+                                                                 self)
+        for field in ("delay_ms", "ready_on"):
+            given, fixed = getattr(command, field), getattr(op, field)
+            if given is not None and given != fixed:
+                raise CommandError(f"watch: op {command.op!r} was created with {field}={fixed}, not {given}")
         try:
             keys = checked_keys(command.keys)
         except EmptyKeysError:
@@ -165,11 +194,7 @@ class BuiltinAdapter:
 
     @_execute.register
     def _(self, command: v.Check) -> int:
-        self.try_route = "check"
-        try:
-            return self.purgatory.check_and_complete(command.key)
-        finally:
-            self.try_route = "try"
+        return self.purgatory.check_and_complete(command.key)
 
     @_execute.register
     def _(self, command: v.CancelKey) -> list[str]:
@@ -177,9 +202,7 @@ class BuiltinAdapter:
 
     @_execute.register
     def _(self, command: v.Force) -> bool:
-        op = self._op(command.op)
-        op.via = "force"
-        return op.force_complete()
+        return self._op(command.op).force_complete()
 
     @_execute.register
     def _(self, command: v.Try) -> bool:
@@ -203,7 +226,7 @@ class BuiltinAdapter:
             if self.profile == "purgatory":
                 purged = self.purgatory.advance_to(command.to_ms)
                 if purged is not None:
-                    self.events.append(v.Purge(purged))
+                    self.record(v.Purge(purged))
             else:
                 self.timer.advance_to(command.to_ms)
         except TimerDomainError as error:
@@ -221,6 +244,14 @@ class BuiltinAdapter:
     @_execute.register
     def _(self, command: v.Wheel) -> dict:
         return self.timer.describe(label=_label)
+
+    @_execute.register
+    def _(self, command: v.WatcherKeys) -> list[str]:
+        return self.purgatory.watcher_keys()
+
+    @_execute.register
+    def _(self, command: v.DelayQueue) -> list[int]:
+        return self.timer.queued_expirations()
 
     def _op(self, op_id: str) -> AdapterOperation:
         if op_id not in self.ops:

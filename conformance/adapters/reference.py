@@ -21,7 +21,7 @@ class ModelSystem:
         self.model: Model | None = None
 
     def hello(self) -> Hello:
-        return Hello(implementation="kpurgatory.model", profiles=v.PROFILES, features=("wheel",))
+        return Hello(implementation="kpurgatory.model", profiles=v.PROFILES, features=v.OPTIONAL)
 
     def init(self, profile: str, params: v.Params) -> None:
         self.model = Model(profile, params)

@@ -28,6 +28,7 @@ from kpurgatory.conformance.spark import corpus
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
 from kpurgatory.conformance.spark.workload import WORKLOADS, workload
 from kpurgatory.conformance.trace import Step, Trace, model_trace, trace_lines
+from kpurgatory.model import vocabulary as v
 
 MODEL = "model"
 RECORD_SCHEMA = corpus.PARQUET_SCHEMA.append(pa.field("text", pa.string()))
@@ -42,7 +43,7 @@ def record_trace(target, name: str, seed: int, steps: int) -> tuple[Trace, bool]
     try:
         target.system.init(header.profile, header.params)
         for command in commands:
-            if command.name == "wheel" and "wheel" not in target.hello.features:
+            if not v.supported(command, target.hello.features):
                 continue
             recorded.append(Step(len(recorded) + 1, command, target.system.step(command)))
     except Exception:  # recorded as far as the system went; counted as broken off

@@ -17,13 +17,15 @@ from kpurgatory.conformance.adapters.builtin import factory as builtin_factory
 from kpurgatory.conformance.check import run_check
 from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.machine import Session
-from kpurgatory.conformance.mutants import MUTANTS, SLOTS, Mutant, Wheel, adapter_class
+from kpurgatory.conformance.concurrent import run_concurrent_check
+from kpurgatory.conformance.mutants import (CONCURRENT_STEPS, CONCURRENT_THREADS, MUTANTS, SLOTS, Mutant, Wheel,
+                                            adapter_class)
 from kpurgatory.conformance.replay import replay
 from kpurgatory.conformance.trace import Header, Trace
 
 SEED, EXAMPLES = 0, 1000  # runs stop at the first failure; the budget only bounds slow kills
-KILLABLE = [mutant for mutant in MUTANTS if not mutant.equivalent]
-EQUIVALENT = [mutant for mutant in MUTANTS if mutant.equivalent]
+SEQUENTIAL = [mutant for mutant in MUTANTS if not mutant.race]
+RACES = [mutant for mutant in MUTANTS if mutant.race]
 
 
 class FirstFailure(BaseException):
@@ -74,7 +76,7 @@ def test_a_mutant_replaces_exactly_one_component():
         Mutant("nothing", "not a component", "none", "timer", dict)
 
 
-@pytest.mark.parametrize("mutant", KILLABLE, ids=lambda mutant: mutant.id)
+@pytest.mark.parametrize("mutant", SEQUENTIAL, ids=lambda mutant: mutant.id)
 def test_the_check_kills_the_mutant_and_its_counterexample_replays(mutant, kpurgatory_replay):
     trace = first_counterexample(mutant)
     assert trace is not None, f"{mutant.id} survived {EXAMPLES} runs (seed {SEED})"
@@ -82,10 +84,14 @@ def test_the_check_kills_the_mutant_and_its_counterexample_replays(mutant, kpurg
     assert kpurgatory_replay(trace, builtin_factory()).ok
 
 
-@pytest.mark.parametrize("mutant", EQUIVALENT, ids=lambda mutant: mutant.id)
-def test_an_equivalent_mutant_survives(mutant):
-    """If the vocabulary grows a read-out that sees one of these, this fails: reclassify the mutant."""
+@pytest.mark.parametrize("mutant", RACES, ids=lambda mutant: mutant.id)
+def test_a_race_survives_the_sequential_check_and_the_concurrent_check_kills_it(mutant, tmp_path):
+    """If a sequential run ever shows one of these, it is no race: unmark it."""
     assert first_counterexample(mutant) is None
+    result = run_concurrent_check(adapter_class(mutant), threads=CONCURRENT_THREADS, runs=EXAMPLES,
+                                  steps=CONCURRENT_STEPS, seed=SEED, out_dir=tmp_path)
+    assert not result.passed, f"{mutant.id} survived {EXAMPLES} concurrent runs (seed {SEED})"
+    assert CliRunner().invoke(main, ["check-history", str(result.history_path)]).exit_code == 1
 
 
 def test_the_command_writes_a_counterexample_that_replay_reproduces(tmp_path):

@@ -1,0 +1,685 @@
+"""Concurrent checking: several threads call one thread-safe system at once; properties are checked on the history.
+
+No sequential model can say what each call of a concurrent run must return: two checks racing for one op may each
+win, and an expiry may beat either. So ``kpurgatory check --threads N`` compares nothing step by step. It records a
+*history*, as Jepsen and Knossos do: every call with its thread and the logical times of its invocation and return,
+on one counter shared by all threads. It then checks properties that must hold under every interleaving. Each one is
+stated once, in words here and in code below:
+
+  exactly_once     No op completes twice. An op's expire event comes right after its completion via expire, in the
+                   same call (onExpiration runs in the thread whose forceComplete won).
+  no_lost_op       Every op watched completes, or is reported cancelled (a cancel of the op, or a cancel_key that
+                   returned it) or dropped (in shutdown's result).
+  justified        A completion comes from a route the call could take: ``try`` from a watch or try of that op,
+                   ``check`` from a check of one of its keys, ``force`` from a force of it, ``expire`` from an advance
+                   or the op's own watch. A completion via try or check needs the op to be ready: it counts tries
+                   (``ready_on``) or a set_ready of it was invoked before the completing call returned. A check
+                   calls tryComplete on a completed op (stale_try, KAFKA-17848) only if a completion that does not
+                   take the op's lock won the race: one by expiry, force or a direct try. A completion under the
+                   op's lock (by a check, or by a watch's tries) happened wholly before or after the check held it.
+  no_lost_wakeup   An op made ready (set_ready returned) before a check of one of its keys was invoked is completed
+                   by that check, or by a call invoked before the check returned or before its watch returned
+                   (the watch's second try), unless a cancel_key took it off that key first.
+  results          Results agree with events: check returns how many ops it completed via check; force, try and
+                   watch return true exactly when they completed the op themselves.
+  on_time          An op never expires before the start of its deadline's tick, by any clock value the run could have
+                   reached. An op whose deadline passed by an advance invoked after its watch returned has completed
+                   (in a call invoked before that advance returned), unless it was cancelled by then.
+  watcher_cleanup  Once every op has completed (every completing call returned), delayed and size read 0 and shutdown
+                   drops nothing. Once, after that, every key ever watched was checked or cancelled, watched reads 0
+                   and watcher_keys (if the system reads it out) reads [].
+  no_failure       Every call returns: the system neither raises nor hangs (a deadlock shows as calls that never
+                   returned, listed with the history).
+
+A run: ``threads`` workers execute seeded random scripts (watch new ops on a few shared keys, set_ready, check,
+cancel_key, force, try, cancel, read the counters) while a clock thread advances the virtual clock. A worker that
+refers to another thread's op first waits until that op's watch returned. Every op is watched once, so its deadline
+is known up to the clock's movement during the watch. The run ends with a *drain* on one thread: advance past every
+deadline, force every op, check every key, read the counters, shut down. The history is a trace
+(`kpurgatory.conformance.trace`, a header with ``threads`` and steps with timings); a failing one is written to
+``--out`` and ``kpurgatory check-history`` checks any history file, whoever recorded it.
+
+A violation is a fact about this history, never a guess: every rule uses only what the timings prove (a call that
+returned before another was invoked happened before it). Runs are random interleavings, so the same seed does not
+replay the same history; the seed fixes the scripts.
+"""
+
+from __future__ import annotations
+
+import io
+import itertools
+import random
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Callable, Iterator
+
+import attrs
+import click
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from kpurgatory.conformance.replay import format_command, format_observation
+from kpurgatory.conformance.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.trace import Header, Step, Timing, Trace, TraceFormatError, read_traces, write_traces
+from kpurgatory.model import vocabulary as v
+
+PROPERTIES = ("exactly_once", "no_lost_op", "justified", "no_lost_wakeup", "results", "on_time", "watcher_cleanup",
+              "no_failure")
+#: the interpreter's thread switch interval during a run: CPython's 5 ms default lets a thread run a whole script
+#: before the next one starts; 10 µs makes calls interleave inside the system's critical sections
+SWITCH_INTERVAL_S = 1e-5
+DRAIN = "drain"
+CLOCK = "clock"
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Plans: what each thread will call
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Plan:
+    """One run: parameters, a script per worker thread, the clock thread's advances and the shared keys."""
+
+    params: v.Params
+    scripts: dict[str, tuple[v.Command, ...]]
+    advances: tuple[int, ...]
+    keys: tuple[str, ...]
+
+    @property
+    def owners(self) -> dict[str, str]:
+        """op -> the thread whose script watches it."""
+        return {command.op: thread for thread, script in self.scripts.items() for command in script
+                if isinstance(command, v.Watch)}
+
+
+#: how often a worker picks each kind of call
+WEIGHTS = {"watch": 30, "set_ready": 18, "check": 25, "cancel_key": 4, "force": 5, "try": 5, "cancel": 4,
+           "watched": 3, "delayed": 3, "size": 3}
+
+
+def plan_run(rng: random.Random, threads: int, steps: int) -> Plan:
+    """Random scripts on small wheels (tasks overflow to three and more levels), keys shared by all threads, ops
+    referred to across threads. A call to an op is planned only after the op's watch in its owner's script."""
+    tick = rng.choice((1, 1, 2, 5))
+    wheel = rng.choice((2, 3, 4, 8, 20))
+    params = v.Params(tick_ms=tick, wheel_size=wheel, start_ms=rng.choice((0, rng.randrange(1, 1000))),
+                      purge_interval=rng.choice((0, 1, 2, 5, 1000)))
+    span = tick * wheel
+    keys = tuple(f"k{i}" for i in range(threads + 1))
+    names = [f"w{i}" for i in range(threads)]
+    kinds = {name: rng.choices(list(WEIGHTS), list(WEIGHTS.values()), k=steps) for name in names}
+    born = {f"{name}.{index}": index for name in names for index, kind in enumerate(kinds[name]) if kind == "watch"}
+
+    def delay() -> int:
+        roll = rng.random()
+        if roll < 0.08:
+            return rng.randrange(-span, 1)
+        if roll < 0.6:
+            return rng.randrange(1, span + 1)
+        return rng.randrange(span, span * wheel * (wheel if roll > 0.9 else 1) + 1)
+
+    def command(name: str, index: int, kind: str) -> v.Command:
+        if kind == "watch":
+            return v.Watch(f"{name}.{index}", tuple(rng.choices(keys, k=rng.choice((1, 1, 2, 3)))), delay(),
+                           rng.choice((None, None, None, 1, 2)))
+        if kind in ("check", "cancel_key"):
+            return v.COMMANDS[kind](rng.choice(keys))
+        if kind in ("watched", "delayed", "size"):
+            return v.COMMANDS[kind]()
+        visible = [op for op, index_born in born.items() if index_born < index]
+        return v.COMMANDS[kind](rng.choice(visible)) if visible else v.Check(rng.choice(keys))
+
+    scripts = {name: tuple(command(name, index, kind) for index, kind in enumerate(kinds[name])) for name in names}
+    clock, advances = params.start_ms, []
+    for _ in range(steps):
+        clock += rng.choice((0, rng.randrange(1, tick + 1), rng.randrange(1, span + 1), rng.randrange(span, span * wheel + 1)))
+        advances.append(clock)
+    return Plan(params, scripts, tuple(advances), keys)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running a plan: the recorder, the threads and the drain
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.define
+class Call:
+    """A call being recorded."""
+
+    thread: str
+    command: v.Command
+    invoked: int
+    returned: int | None = None
+    observation: v.Observation | None = None
+    failure: str | None = None
+
+
+class SystemFailed(Exception):
+    """The system raised: the thread stops, the run is not drained."""
+
+
+class Recorder:
+    """Calls the system and records each call on one logical clock (``next`` of an itertools.count is atomic)."""
+
+    def __init__(self, system: SystemUnderTest):
+        self.system = system
+        self.ticks = itertools.count()
+        self.calls: list[Call] = []
+        self.progressed = time.monotonic()
+        self.failed = threading.Event()
+
+    def call(self, thread: str, command: v.Command) -> v.Observation:
+        record = Call(thread, command, next(self.ticks))
+        self.calls.append(record)  # list.append is atomic
+        try:
+            record.observation = self.system.step(command)
+        except Exception as error:  # noqa: BLE001 - the system's failure is the finding
+            record.failure = f"{type(error).__name__}: {error}"
+            self.failed.set()
+            raise SystemFailed(record.failure) from None
+        finally:
+            record.returned = next(self.ticks)
+            self.progressed = time.monotonic()
+        return record.observation
+
+    def history(self, header: Header) -> Trace:
+        ordered = sorted(self.calls, key=lambda call: call.invoked)
+        return Trace(header, [Step(seq, call.command, call.observation or v.Observation(),
+                                   Timing(call.thread, call.invoked, call.returned, call.failure))
+                              for seq, call in enumerate(ordered, start=1)])
+
+
+def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float, trace_id: str) -> Trace:
+    """Run ``plan`` on a fresh run of ``system`` and return the history. A call that has not returned ``timeout``
+    seconds after the last call returned is a hang: the history keeps it with no return, and the run ends undrained
+    (its threads are left behind as daemons)."""
+    system.init("purgatory", plan.params)
+    recorder = Recorder(system)
+    watched = {op: threading.Event() for op in plan.owners}
+    start = threading.Barrier(len(plan.scripts) + 1)
+
+    def wait_for(op: str) -> bool:
+        while not watched[op].wait(0.01):
+            if recorder.failed.is_set():
+                return False
+        return True
+
+    def worker(name: str, script: tuple[v.Command, ...]) -> None:
+        start.wait()
+        try:
+            for command in script:
+                op = getattr(command, "op", None)
+                if not isinstance(command, v.Watch) and op is not None and not wait_for(op):
+                    return
+                if recorder.failed.is_set():
+                    return
+                recorder.call(name, command)
+                if isinstance(command, v.Watch):
+                    watched[command.op].set()
+        except SystemFailed:
+            return
+
+    def clock() -> None:
+        start.wait()
+        try:
+            for to_ms in plan.advances:
+                if recorder.failed.is_set():
+                    return
+                recorder.call(CLOCK, v.Advance(to_ms))
+        except SystemFailed:
+            return
+
+    threads = [threading.Thread(target=worker, args=item, daemon=True, name=item[0]) for item in plan.scripts.items()]
+    threads.append(threading.Thread(target=clock, daemon=True, name=CLOCK))
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+    try:
+        for thread in threads:
+            thread.start()
+        hung = not joined(threads, recorder, timeout)
+    finally:
+        sys.setswitchinterval(switch_interval)
+    header = Header(trace_id, "purgatory", plan.params, hello.implementation, threads=len(threads))
+    if not hung and not recorder.failed.is_set():
+        drain(recorder, plan, hello)
+    return recorder.history(header)
+
+
+def joined(threads: list[threading.Thread], recorder: Recorder, timeout: float) -> bool:
+    """Wait for ``threads`` while calls keep returning; False once nothing returned for ``timeout`` seconds."""
+    while any(thread.is_alive() for thread in threads):
+        if time.monotonic() - recorder.progressed > timeout:
+            return False
+        for thread in threads:
+            thread.join(0.05)
+    return True
+
+
+def drain(recorder: Recorder, plan: Plan, hello: Hello) -> None:
+    """On one thread, after every other call returned: pass every deadline, force every op, check every key, read
+    the counters, shut down."""
+    horizon = plan.advances[-1] + max([0, *(c.delay_ms for s in plan.scripts.values() for c in s
+                                            if isinstance(c, v.Watch))])
+    commands = [v.Advance(horizon), *(v.Force(op) for op in sorted(plan.owners)), *map(v.Check, plan.keys),
+                v.Watched(), v.Delayed(), v.Size()]
+    if "watcher_keys" in hello.features:
+        commands.append(v.WatcherKeys())
+    commands.append(v.Shutdown())
+    try:
+        for command in commands:
+            recorder.call(DRAIN, command)
+    except SystemFailed:
+        return
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Checking a history
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Violation:
+    """A property the history breaks, why, and the steps (seq) that show it."""
+
+    property: str
+    message: str
+    seqs: tuple[int, ...]
+
+
+@attrs.frozen
+class Completion:
+    step: Step
+    via: str
+
+
+class History:
+    """Indexes over a concurrent history for the property checks."""
+
+    def __init__(self, trace: Trace):
+        self.trace = trace
+        self.params = trace.header.params
+        self.steps = [step for step in trace.steps if step.timing.failure is None and step.timing.returned is not None]
+        self.watches: dict[str, list[Step]] = defaultdict(list)
+        self.completions: dict[str, list[Completion]] = defaultdict(list)
+        for step in self.steps:
+            command = step.command
+            if isinstance(command, v.Watch) and step.observation.error is None:
+                self.watches[command.op].append(step)
+            for event in step.observation.events:
+                if isinstance(event, v.Complete):
+                    self.completions[event.op].append(Completion(step, event.via))
+        self.advances = [step for step in self.steps if isinstance(step.command, v.Advance)]
+
+    def of(self, kind: type[v.Command]) -> Iterator[Step]:
+        return (step for step in self.steps if isinstance(step.command, kind))
+
+    def clock_before(self, time: int) -> int:
+        """The least the clock can read at logical time ``time``: the last advance that returned before it."""
+        return max([self.params.start_ms, *(s.command.to_ms for s in self.advances if s.timing.returned < time)])
+
+    def clock_by(self, time: int) -> int:
+        """The most the clock can read at ``time``: the furthest advance invoked before it."""
+        return max([self.params.start_ms, *(s.command.to_ms for s in self.advances if s.timing.invoked < time)])
+
+    def first(self, op: str) -> Step:
+        return self.watches[op][0]
+
+    def delay(self, op: str) -> int:
+        return self.first(op).command.delay_ms
+
+    def ready_on(self, op: str) -> int | None:
+        return self.first(op).command.ready_on
+
+    def cancelled_by(self, op: str, time: float) -> bool:
+        """A cancel of ``op``, or a cancel_key that returned it, was invoked before ``time``."""
+        return any(step.timing.invoked < time and
+                   (isinstance(step.command, v.Cancel) and step.command.op == op or
+                    isinstance(step.command, v.CancelKey) and op in (step.observation.result or ()))
+                   for step in self.steps)
+
+
+def check_history(trace: Trace) -> list[Violation]:
+    """Every violation of the properties in the module docstring that ``trace`` (a concurrent history) shows."""
+    if trace.header.threads is None:
+        raise ValueError(f"trace {trace.trace_id!r} is not a concurrent history (its header has no threads)")
+    history = History(trace)
+    return [violation for check in CHECKS for violation in check(history)]
+
+
+def no_failure(history: History) -> Iterator[Violation]:
+    for step in history.trace.steps:
+        if step.timing.failure is not None:
+            yield Violation("no_failure", f"{format_command(step.command)} on {step.timing.thread} raised "
+                                          f"{step.timing.failure}", (step.seq,))
+        elif step.timing.returned is None:
+            yield Violation("no_failure", f"{format_command(step.command)} on {step.timing.thread} never returned "
+                                          f"(deadlock or hang)", (step.seq,))
+
+
+def exactly_once(history: History) -> Iterator[Violation]:
+    for op, completions in history.completions.items():
+        if len(completions) > 1:
+            routes = ", ".join(f"via {c.via} in step {c.step.seq}" for c in completions)
+            yield Violation("exactly_once", f"op {op} completed {len(completions)} times: {routes}",
+                            tuple(c.step.seq for c in completions))
+    for step in history.steps:
+        events = step.observation.events
+        for position, event in enumerate(events):
+            completes_by_expiry = isinstance(event, v.Complete) and event.via == "expire"
+            after = events[position + 1] if position + 1 < len(events) else None
+            before = events[position - 1] if position else None
+            if completes_by_expiry and after != v.Expire(event.op):
+                yield Violation("exactly_once", f"op {event.op} completed via expire without its expire event "
+                                                f"right after", (step.seq,))
+            if isinstance(event, v.Expire) and before != v.Complete(event.op, "expire"):
+                yield Violation("exactly_once", f"expire of op {event.op} does not follow its completion via expire",
+                                (step.seq,))
+
+
+def no_lost_op(history: History) -> Iterator[Violation]:
+    dropped = {op for step in history.of(v.Shutdown) for op in step.observation.result or ()}
+    ended = history.trace.steps[-1].timing.returned is not None and any(history.of(v.Shutdown))
+    if not ended:  # a run cut short by a failure: ops may still be pending legitimately
+        return
+    for op, watches in history.watches.items():
+        if not history.completions[op] and op not in dropped and not history.cancelled_by(op, float("inf")):
+            yield Violation("no_lost_op", f"op {op} was watched but never completed, reported cancelled or dropped",
+                            (watches[0].seq,))
+
+
+#: which commands a completion via each route can come from
+ROUTES: dict[str, tuple[type[v.Command], ...]] = {
+    "try": (v.Watch, v.Try), "check": (v.Check,), "force": (v.Force,), "expire": (v.Advance, v.Watch),
+}
+
+
+def justified(history: History) -> Iterator[Violation]:
+    for step in history.steps:
+        for event in step.observation.events:
+            if not isinstance(event, v.StaleTry):
+                continue
+            locked = [c for c in history.completions[event.op] if c.via == "check" or
+                      c.via == "try" and isinstance(c.step.command, v.Watch)]
+            if locked or not history.completions[event.op]:
+                yield Violation("justified", f"{format_command(step.command)} called tryComplete on op {event.op}, "
+                                             f"which " + (f"had completed under its lock in step {locked[0].step.seq}"
+                                                          if locked else "never completed") + " (KAFKA-17848)",
+                                (step.seq, *(c.step.seq for c in locked[:1])))
+    for op, completions in history.completions.items():
+        if op not in history.watches:
+            yield Violation("justified", f"op {op} completed but was never watched", (completions[0].step.seq,))
+            continue
+        for completion in completions:
+            step, command = completion.step, completion.step.command
+            if not isinstance(command, ROUTES.get(completion.via, ())) or getattr(command, "op", op) != op:
+                yield Violation("justified", f"op {op} completed via {completion.via} in "
+                                             f"{format_command(command)}", (step.seq,))
+            elif isinstance(command, v.Check) and not any(
+                    command.key in watch.command.keys and watch.timing.invoked < step.timing.returned
+                    for watch in history.watches[op]):
+                yield Violation("justified", f"op {op} completed by a check of {command.key}, a key it was never "
+                                             f"watched on", (step.seq,))
+            elif completion.via in ("try", "check") and history.ready_on(op) is None and not any(
+                    ready.command.op == op and ready.timing.invoked < step.timing.returned
+                    for ready in history.of(v.SetReady)):
+                yield Violation("justified", f"op {op} completed via {completion.via} but was never made ready",
+                                (step.seq,))
+
+
+def no_lost_wakeup(history: History) -> Iterator[Violation]:
+    for ready in history.of(v.SetReady):
+        op = ready.command.op
+        completions = history.completions[op]
+        first = min((c.step for c in completions), key=lambda step: step.timing.invoked, default=None)
+        for check in history.of(v.Check):
+            key = check.command.key
+            watches = [watch for watch in history.watches.get(op, ()) if key in watch.command.keys]
+            if not ready.timing.precedes(check.timing) or not any(
+                    watch.timing.invoked < check.timing.returned for watch in watches):
+                continue
+            if first is not None and not (check.timing.precedes(first.timing) and
+                                          all(watch.timing.precedes(first.timing) for watch in watches)):
+                continue
+            if any(isinstance(step.command, v.CancelKey) and step.command.key == key and op in (
+                    step.observation.result or ()) and step.timing.invoked < check.timing.returned
+                   for step in history.steps):
+                continue
+            yield Violation("no_lost_wakeup", f"op {op} was ready and watched on {key}, but check({key}) left it "
+                                              f"uncompleted", (ready.seq, check.seq) + ((first.seq,) if first else ()))
+            break
+
+
+def results(history: History) -> Iterator[Violation]:
+    for step in history.steps:
+        command, observation = step.command, step.observation
+        routes = [(event.op, event.via) for event in observation.events if isinstance(event, v.Complete)]
+        if isinstance(command, v.Check):
+            expected = sum(via == "check" for _, via in routes)
+        elif isinstance(command, (v.Force, v.Try, v.Watch)):
+            if observation.error is not None:
+                continue
+            expected = (command.op, "force" if isinstance(command, v.Force) else "try") in routes
+        else:
+            continue
+        if observation.result != expected:
+            yield Violation("results", f"{format_command(command)} returned {observation.result!r} but its events "
+                                       f"say {expected!r}", (step.seq,))
+
+
+def on_time(history: History) -> Iterator[Violation]:
+    tick = history.params.tick_ms
+    for op, completions in history.completions.items():
+        for completion in completions:
+            if completion.via != "expire" or op not in history.watches:
+                continue
+            deadline = history.clock_before(history.first(op).timing.invoked) + history.delay(op)
+            tick_start = deadline - deadline % tick
+            clock = history.clock_by(completion.step.timing.returned)
+            if clock < tick_start:
+                yield Violation("on_time", f"op {op} expired while the clock read at most {clock}, before the start "
+                                           f"{tick_start} of its deadline's tick", (history.first(op).seq,
+                                                                                    completion.step.seq))
+    for advance in history.advances:
+        for op, watches in history.watches.items():
+            last = watches[-1]
+            if not last.timing.precedes(advance.timing):
+                continue
+            deadline = history.clock_by(last.timing.returned) + history.delay(op)
+            if deadline > advance.command.to_ms or history.cancelled_by(op, advance.timing.returned):
+                continue
+            if not any(c.step.timing.invoked < advance.timing.returned for c in history.completions[op]):
+                yield Violation("on_time", f"op {op} (deadline at most {deadline}) was still pending when "
+                                           f"advance to {advance.command.to_ms} returned", (last.seq, advance.seq))
+                break
+
+
+def watcher_cleanup(history: History) -> Iterator[Violation]:
+    ops = list(history.watches)
+    if not ops or any(not history.completions[op] for op in ops):
+        return
+    all_done = max(c.step.timing.returned for op in ops for c in history.completions[op])
+    keys = {key for watches in history.watches.values() for watch in watches for key in watch.command.keys}
+    first_clear: dict[str, Step] = {}
+    for step in history.of((v.Check, v.CancelKey)):
+        if step.timing.invoked > all_done and step.command.key in keys:
+            first_clear.setdefault(step.command.key, step)
+    all_clear = max((step.timing.returned for step in first_clear.values()), default=all_done)
+    expected: dict[type[v.Command], tuple[object, float]] = {
+        v.Delayed: (0, all_done), v.Size: (0, all_done), v.Shutdown: ([], all_done)}
+    if len(first_clear) == len(keys):
+        expected |= {v.Watched: (0, all_clear), v.WatcherKeys: ([], all_clear)}
+    for step in history.steps:
+        value, after = expected.get(type(step.command), (None, None))
+        if after is not None and step.timing.invoked > after and step.observation.result != value:
+            yield Violation("watcher_cleanup", f"{format_command(step.command)} read {step.observation.result!r} "
+                                               f"after every op completed, expected {value!r}", (step.seq,))
+
+
+CHECKS: tuple[Callable[[History], Iterator[Violation]], ...] = (
+    no_failure, exactly_once, no_lost_op, justified, no_lost_wakeup, results, on_time, watcher_cleanup)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The concurrent check and its report
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class ConcurrentResult:
+    """The verdict of a concurrent check: the first failing history (if any), its violations and where it is."""
+
+    passed: bool
+    seed: int
+    implementation: str
+    threads: int
+    runs: int
+    calls: int
+    elapsed_s: float
+    history: Trace | None = None
+    violations: tuple[Violation, ...] = ()
+    history_path: Path | None = None
+
+
+def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int,
+                         seed: int | None = None, timeout: float = 10.0, out_dir: str | Path | None = None,
+                         on_run: Callable[[int, int], None] | None = None) -> ConcurrentResult:
+    """Run ``runs`` plans of ``threads`` workers and ``steps`` calls each (scripts from ``seed``) on a fresh system
+    each, until a history breaks a property. That history is written to ``out_dir`` as
+    ``concurrent-SEED-RUN.jsonl`` with its table as ``.txt``. ``on_run(runs so far, calls so far)`` reports
+    progress. A hung system is abandoned, not closed (its threads may hold its locks)."""
+    seed = random.randrange(2**32) if seed is None else seed
+    rng = random.Random(seed)
+    started, calls = time.monotonic(), 0
+    implementation = "?"
+    for run in range(1, runs + 1):
+        system = system_factory()
+        hello = system.hello()
+        implementation = hello.implementation
+        if "purgatory" not in hello.profiles:
+            system.close()
+            raise ValueError(f"{implementation} does not implement the purgatory profile the concurrent check drives")
+        history = execute(system, hello, plan_run(rng, threads, steps), timeout=timeout,
+                          trace_id=f"concurrent-{seed}-{run}")
+        violations = tuple(check_history(history))
+        if not any(step.timing.returned is None for step in history.steps):
+            system.close()
+        calls += len(history.steps)
+        if on_run is not None:
+            on_run(run, calls)
+        if violations:
+            path = None
+            if out_dir is not None:
+                path = write_traces(Path(out_dir) / f"{history.trace_id}.jsonl", history)
+                path.with_suffix(".txt").write_text(render(history, violations))
+            return ConcurrentResult(False, seed, implementation, threads, run, calls, time.monotonic() - started,
+                                    history, violations, path)
+    return ConcurrentResult(True, seed, implementation, threads, runs, calls, time.monotonic() - started)
+
+
+def history_table(history: Trace, violations: tuple[Violation, ...], context: int | None = 3) -> Table:
+    """The steps the violations name, with ``context`` steps either side (None: every step); ✗ marks the named."""
+    named = {seq for violation in violations for seq in violation.seqs}
+    shown = [step for step in history.steps if context is None or
+             any(abs(step.seq - seq) <= context for seq in named)]
+    table = Table(title=f"history {history.trace_id} ({history.header.threads} threads; logical times)")
+    for column in ("seq", "thread", "invoked", "returned", "command", "observation", ""):
+        table.add_column(column, overflow="fold")
+    previous = 0
+    for step in shown:
+        if step.seq > previous + 1:
+            table.add_row("…", "", "", "", "", "", "")
+        timing = step.timing
+        observation = (f"raised {timing.failure}" if timing.failure else
+                       "never returned" if timing.returned is None else format_observation(step.observation))
+        table.add_row(str(step.seq), timing.thread, str(timing.invoked), str(timing.returned),
+                      format_command(step.command), observation, "✗" if step.seq in named else "")
+        previous = step.seq
+    return table
+
+
+def violations_table(violations: tuple[Violation, ...]) -> Table:
+    table = Table(title="violations")
+    for column in ("property", "what happened", "steps"):
+        table.add_column(column, overflow="fold")
+    for violation in violations:
+        table.add_row(violation.property, violation.message, ", ".join(map(str, violation.seqs)))
+    return table
+
+
+def render(history: Trace, violations: tuple[Violation, ...]) -> str:
+    """The violations and the whole history as plain text."""
+    console = Console(file=io.StringIO(), width=180, color_system=None)
+    console.print(violations_table(violations))
+    console.print(history_table(history, violations, context=None))
+    return console.file.getvalue()
+
+
+def print_result(console: Console, result: ConcurrentResult, rerun: str) -> None:
+    table = Table(title=f"concurrent check of {result.implementation}")
+    for column in ("threads", "runs", "calls", "time", "verdict"):
+        table.add_column(column)
+    table.add_row(str(result.threads), str(result.runs), f"{result.calls:,}", f"{result.elapsed_s:.1f} s",
+                  "[green]pass[/]" if result.passed else "[bold red]FAIL[/]")
+    console.print(table)
+    if result.passed:
+        return
+    console.rule("[bold red]purgatory (concurrent): FAIL")
+    console.print(violations_table(result.violations))
+    console.print(history_table(result.history, result.violations))
+    if result.history_path is not None:
+        console.print(f"history:        {result.history_path}\nwhole table:    "
+                      f"{result.history_path.with_suffix('.txt')}\ncheck it:       kpurgatory check-history "
+                      f"{result.history_path}", markup=False, highlight=False, soft_wrap=True)
+    console.print(f"re-run:         {rerun}", markup=False, highlight=False, soft_wrap=True)
+
+
+def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int, seed: int,
+                       timeout: float, out: Path, rerun: str) -> bool:
+    """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report; True if it passed."""
+    console = Console()
+    console.print(f"checking concurrently: {threads} worker threads and a clock thread, {runs} runs of {steps} calls "
+                  f"per worker; seed {seed}")
+    with Progress(TextColumn("purgatory (concurrent)"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[calls]:,} calls"), TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task("runs", total=runs, calls=0)
+        result = run_concurrent_check(factory, threads=threads, runs=runs, steps=steps, seed=seed, timeout=timeout,
+                                      out_dir=out, on_run=lambda done, calls: progress.update(
+                                          task, completed=done, calls=calls))
+    print_result(console, result, rerun)
+    return result.passed
+
+
+@click.command("check-history")
+@click.argument("histories", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--all-steps", is_flag=True, help="Show every step of a failing history.")
+def check_history_command(histories, all_steps):
+    """Check concurrent histories (traces whose header has threads) against the concurrency properties.
+
+    Any harness may record them, in any language: see specs/protocol.md, "Concurrent histories". Exits 0 when every
+    history satisfies every property, 1 when one does not, 2 on malformed input."""
+    try:
+        loaded = [trace for path in histories for trace in read_traces(path)]
+    except TraceFormatError as error:
+        click.echo(f"Error: {error}", err=True)
+        sys.exit(2)
+    if sequential := [trace.trace_id for trace in loaded if trace.header.threads is None]:
+        click.echo(f"Error: {', '.join(sequential)}: not a concurrent history (no threads in the header); replay "
+                   f"it with `kpurgatory replay`", err=True)
+        sys.exit(2)
+    console = Console()
+    failed = 0
+    for trace in loaded:
+        violations = tuple(check_history(trace))
+        verdict = "[green]pass[/]" if not violations else f"[bold red]FAIL[/] ({len(violations)} violations)"
+        console.print(f"{trace.trace_id}: {len(trace.steps)} calls on {trace.header.threads} threads: {verdict}")
+        if violations:
+            failed += 1
+            console.print(violations_table(violations))
+            console.print(history_table(trace, violations, context=None if all_steps else 3))
+    console.print(f"{len(loaded) - failed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
