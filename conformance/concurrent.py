@@ -67,8 +67,6 @@ from kpurgatory.conformance.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.trace import Header, Step, Timing, Trace, TraceFormatError, read_traces, write_traces
 from kpurgatory.model import vocabulary as v
 
-PROPERTIES = ("exactly_once", "no_lost_op", "justified", "no_lost_wakeup", "results", "on_time", "watcher_cleanup",
-              "no_failure")
 #: the interpreter's thread switch interval during a run: CPython's 5 ms default lets a thread run a whole script
 #: before the next one starts; 10 µs makes calls interleave inside the system's critical sections
 SWITCH_INTERVAL_S = 1e-5
@@ -137,7 +135,8 @@ def plan_run(rng: random.Random, threads: int, steps: int) -> Plan:
     scripts = {name: tuple(command(name, index, kind) for index, kind in enumerate(kinds[name])) for name in names}
     clock, advances = params.start_ms, []
     for _ in range(steps):
-        clock += rng.choice((0, rng.randrange(1, tick + 1), rng.randrange(1, span + 1), rng.randrange(span, span * wheel + 1)))
+        clock += rng.choice((0, rng.randrange(1, tick + 1), rng.randrange(1, span + 1),
+                             rng.randrange(span, span * wheel + 1)))
         advances.append(clock)
     return Plan(params, scripts, tuple(advances), keys)
 
@@ -171,7 +170,8 @@ class Recorder:
         self.ticks = itertools.count()
         self.calls: list[Call] = []
         self.progressed = time.monotonic()
-        self.failed = threading.Event()
+        #: set when the system raised or hung: every thread stops at its next call
+        self.stopped = threading.Event()
 
     def call(self, thread: str, command: v.Command) -> v.Observation:
         record = Call(thread, command, next(self.ticks))
@@ -180,7 +180,7 @@ class Recorder:
             record.observation = self.system.step(command)
         except Exception as error:  # noqa: BLE001 - the system's failure is the finding
             record.failure = f"{type(error).__name__}: {error}"
-            self.failed.set()
+            self.stopped.set()
             raise SystemFailed(record.failure) from None
         finally:
             record.returned = next(self.ticks)
@@ -205,7 +205,7 @@ def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float
 
     def wait_for(op: str) -> bool:
         while not watched[op].wait(0.01):
-            if recorder.failed.is_set():
+            if recorder.stopped.is_set():
                 return False
         return True
 
@@ -216,7 +216,7 @@ def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float
                 op = getattr(command, "op", None)
                 if not isinstance(command, v.Watch) and op is not None and not wait_for(op):
                     return
-                if recorder.failed.is_set():
+                if recorder.stopped.is_set():
                     return
                 recorder.call(name, command)
                 if isinstance(command, v.Watch):
@@ -228,7 +228,7 @@ def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float
         start.wait()
         try:
             for to_ms in plan.advances:
-                if recorder.failed.is_set():
+                if recorder.stopped.is_set():
                     return
                 recorder.call(CLOCK, v.Advance(to_ms))
         except SystemFailed:
@@ -241,11 +241,12 @@ def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float
     try:
         for thread in threads:
             thread.start()
-        hung = not joined(threads, recorder, timeout)
+        if not joined(threads, recorder, timeout):
+            recorder.stopped.set()  # the threads not stuck in the system return
     finally:
         sys.setswitchinterval(switch_interval)
     header = Header(trace_id, "purgatory", plan.params, hello.implementation, threads=len(threads))
-    if not hung and not recorder.failed.is_set():
+    if not recorder.stopped.is_set():
         drain(recorder, plan, hello)
     return recorder.history(header)
 

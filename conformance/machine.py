@@ -126,7 +126,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.model = Model(self.profile, params)
         self.checker = StepChecker(SYSTEM, Trace(Header("check", self.profile, params), ()), session.level)
         self.delays, self.gaps = strategies.delays(params), strategies.gaps(params)
-        self.reads = st.sampled_from([command for command in self.READS if v.supported(command, session.hello.features)])
+        self.reads = st.sampled_from([command for command in self.READS
+                                      if v.supported(command, session.hello.features)])
         self.attempt(lambda: session.system.init(self.profile, params), "init")
 
     def execute(self, command: v.Command) -> None:
