@@ -231,18 +231,26 @@ def target_flags(impl: str | None, adapter: str | None, level: str) -> str:
 
 def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads) -> None:
     """``kpurgatory check --threads N``: refuse what the concurrent check cannot do, then run it and exit."""
-    if adapter:
-        raise click.UsageError("--threads needs an in-process system (--impl): the subprocess protocol carries one "
-                               "request at a time, so an adapter could not be called from several threads at once")
     if profile == "timer" or junit:
         raise click.UsageError("--threads checks the purgatory profile and writes no JUnit report: drop "
                                + ("--profile timer" if profile == "timer" else "--junit"))
+    factory = system_factory(impl, adapter, timeout)
+    if adapter:
+        try:
+            features = introduce(factory).features
+        except AdapterError as error:
+            click.echo(f"FAIL hello: system failed: {error}")
+            sys.exit(1)
+        if "concurrent" not in features:
+            raise click.UsageError("--threads calls the adapter from several threads at once; it must list the "
+                                   "'concurrent' feature in its hello (specs/protocol.md, §3)")
     from kpurgatory.conformance.concurrent import check_concurrently
 
     seed = random.randrange(2**32) if seed is None else seed
-    rerun = f"kpurgatory check --impl {impl} --threads {threads} --examples {examples} --steps {steps} --seed {seed}"
-    sys.exit(0 if check_concurrently(system_factory(impl, None, timeout), threads=threads, runs=examples, steps=steps,
-                                     seed=seed, timeout=timeout, out=out, rerun=rerun) else 1)
+    rerun = (f"kpurgatory check {target_flags(impl, adapter, 'exact')} --threads {threads} --examples {examples} "
+             f"--steps {steps} --seed {seed}")
+    sys.exit(0 if check_concurrently(factory, threads=threads, runs=examples, steps=steps, seed=seed,
+                                     timeout=timeout, out=out, rerun=rerun) else 1)
 
 
 def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
@@ -268,7 +276,7 @@ def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
 @click.option("--junit", type=click.Path(dir_okay=False, path_type=Path), help="Also write a JUnit XML report.")
 @click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True,
               help="With 2 or more: the concurrent check. That many threads call the system at once (purgatory "
-                   "profile, in-process systems), and properties are checked on the recorded history; --examples "
+                   "profile; an --adapter must declare the 'concurrent' feature), and properties are checked on the recorded history; --examples "
                    "counts runs, --steps the calls of each thread, and --level does not apply.")
 def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads):
     """Check an implementation against the model with generated runs (the built-in one by default).

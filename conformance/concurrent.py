@@ -549,37 +549,39 @@ class ConcurrentResult:
 def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int,
                          seed: int | None = None, timeout: float = 10.0, out_dir: str | Path | None = None,
                          on_run: Callable[[int, int], None] | None = None) -> ConcurrentResult:
-    """Run ``runs`` plans of ``threads`` workers and ``steps`` calls each (scripts from ``seed``) on a fresh system
-    each, until a history breaks a property. That history is written to ``out_dir`` as
+    """Run ``runs`` plans of ``threads`` workers and ``steps`` calls each (scripts from ``seed``), each a fresh run
+    (init) of one system, until a history breaks a property. That history is written to ``out_dir`` as
     ``concurrent-SEED-RUN.jsonl`` with its table as ``.txt``. ``on_run(runs so far, calls so far)`` reports
     progress. A hung system is abandoned, not closed (its threads may hold its locks)."""
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
     started, calls = time.monotonic(), 0
-    implementation = "?"
-    for run in range(1, runs + 1):
-        system = system_factory()
+    system = system_factory()
+    hung = False
+    try:
         hello = system.hello()
-        implementation = hello.implementation
         if "purgatory" not in hello.profiles:
+            raise ValueError(f"{hello.implementation} does not implement the purgatory profile the concurrent check "
+                             f"drives")
+        for run in range(1, runs + 1):
+            history = execute(system, hello, plan_run(rng, threads, steps), timeout=timeout,
+                              trace_id=f"concurrent-{seed}-{run}")
+            hung = any(step.timing.returned is None for step in history.steps)
+            violations = tuple(check_history(history))
+            calls += len(history.steps)
+            if on_run is not None:
+                on_run(run, calls)
+            if violations:
+                path = None
+                if out_dir is not None:
+                    path = write_traces(Path(out_dir) / f"{history.trace_id}.jsonl", history)
+                    path.with_suffix(".txt").write_text(render(history, violations))
+                return ConcurrentResult(False, seed, hello.implementation, threads, run, calls,
+                                        time.monotonic() - started, history, violations, path)
+        return ConcurrentResult(True, seed, hello.implementation, threads, runs, calls, time.monotonic() - started)
+    finally:
+        if not hung:
             system.close()
-            raise ValueError(f"{implementation} does not implement the purgatory profile the concurrent check drives")
-        history = execute(system, hello, plan_run(rng, threads, steps), timeout=timeout,
-                          trace_id=f"concurrent-{seed}-{run}")
-        violations = tuple(check_history(history))
-        if not any(step.timing.returned is None for step in history.steps):
-            system.close()
-        calls += len(history.steps)
-        if on_run is not None:
-            on_run(run, calls)
-        if violations:
-            path = None
-            if out_dir is not None:
-                path = write_traces(Path(out_dir) / f"{history.trace_id}.jsonl", history)
-                path.with_suffix(".txt").write_text(render(history, violations))
-            return ConcurrentResult(False, seed, implementation, threads, run, calls, time.monotonic() - started,
-                                    history, violations, path)
-    return ConcurrentResult(True, seed, implementation, threads, runs, calls, time.monotonic() - started)
 
 
 def history_table(history: Trace, violations: tuple[Violation, ...], context: int | None = 3) -> Table:

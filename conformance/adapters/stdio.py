@@ -1,16 +1,22 @@
 """The adapter side of the protocol for a Python system under test: serve it on stdin/stdout.
 
-    python -m kpurgatory.conformance.adapters.stdio kpurgatory.conformance.adapters.reference:factory
+    python -m kpurgatory.conformance.adapters.stdio [--concurrent] kpurgatory.conformance.adapters.reference:factory
 
 turns any in-process `SystemUnderTest` into a subprocess adapter, so the subprocess path can be checked end to end
 against a known-good system, and a Python implementation can be driven exactly as one in another language would be.
-`handle` is the per-request part, for adapters that want their own loop.
+With ``--concurrent`` (for a thread-safe system) it declares the protocol's ``concurrent`` feature and executes the
+commands of a run on a pool of threads, answering each when it is done, so that `kpurgatory check --threads` reaches
+the system from several threads through the protocol. `handle` is the per-request part, for adapters that want their
+own loop.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from kpurgatory.conformance.sut import SystemUnderTest
@@ -18,7 +24,13 @@ from kpurgatory.conformance.trace import command_from_json, observation_to_json,
 from kpurgatory.model import vocabulary as v
 
 
-def handle(system: SystemUnderTest, request: dict) -> dict:
+#: requests sent alone: the run they start or end must not overlap any other command
+ALONE = ("hello", "init", "shutdown")
+#: the concurrent server's worker threads (more than the harness's --threads, so none waits for a worker)
+WORKERS = 64
+
+
+def handle(system: SystemUnderTest, request: dict, features: tuple[str, ...] = ()) -> dict:
     """One request -> its response; anything the system raises becomes the protocol's ``failure``."""
     seq = request.get("seq", 0)
     try:
@@ -28,7 +40,7 @@ def handle(system: SystemUnderTest, request: dict) -> dict:
             hello = system.hello()
             return {"seq": seq, "events": [], "result": {
                 "protocol_version": hello.protocol_version, "implementation": hello.implementation,
-                "profiles": list(hello.profiles), "features": list(hello.features)}}
+                "profiles": list(hello.profiles), "features": [*hello.features, *features]}}
         if cmd == "init":
             system.init(args["profile"], v.Params(**args["params"]))
             return {"seq": seq, "result": None, "events": []}
@@ -37,12 +49,31 @@ def handle(system: SystemUnderTest, request: dict) -> dict:
         return {"seq": seq, "failure": f"{type(error).__name__}: {error}"}
 
 
-def serve(system: SystemUnderTest, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout) -> None:
-    """Answer requests until end of input, then close the system."""
-    try:
-        for line in stdin:
-            stdout.write(json.dumps(handle(system, json.loads(line))) + "\n")
+def serve(system: SystemUnderTest, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout,
+          concurrent: bool = False) -> None:
+    """Answer requests until end of input, then close the system. ``concurrent``: run commands on a thread pool and
+    answer in the order they finish; hello, init and shutdown wait until every command before them is answered."""
+    writing = threading.Lock()
+    features = ("concurrent",) if concurrent else ()
+
+    def answer(request: dict) -> None:
+        response = json.dumps(handle(system, request, features)) + "\n"
+        with writing:
+            stdout.write(response)
             stdout.flush()
+
+    try:
+        with ThreadPoolExecutor(WORKERS if concurrent else 1) as pool:
+            in_flight = []
+            for line in stdin:
+                request = json.loads(line)
+                if not concurrent or not isinstance(request, dict) or request.get("cmd") in ALONE:
+                    for future in in_flight:
+                        future.result()
+                    in_flight = []
+                    answer(request)
+                else:
+                    in_flight.append(pool.submit(answer, request))
     finally:
         system.close()
 
@@ -50,10 +81,13 @@ def serve(system: SystemUnderTest, stdin: TextIO = sys.stdin, stdout: TextIO = s
 def main(argv: list[str] | None = None) -> None:
     from kpurgatory.conformance.adapters import load_factory
 
-    argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 1:
-        sys.exit("usage: python -m kpurgatory.conformance.adapters.stdio MODULE:FACTORY")
-    serve(load_factory(argv[0])())
+    parser = argparse.ArgumentParser(prog="python -m kpurgatory.conformance.adapters.stdio",
+                                     description="Serve an in-process system over the JSON Lines protocol.")
+    parser.add_argument("--concurrent", action="store_true",
+                        help="execute the commands of a run on threads, answering each when done")
+    parser.add_argument("factory", metavar="MODULE:FACTORY")
+    options = parser.parse_args(argv)
+    serve(load_factory(options.factory)(), concurrent=options.concurrent)
 
 
 if __name__ == "__main__":

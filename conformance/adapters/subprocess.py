@@ -8,8 +8,11 @@ that is not JSON (`AdapterGarbage`), wrote JSON that breaks the protocol (`Proto
 lifecycle), or said it could not execute a request (`AdapterFailed`, the protocol's ``failure`` response). After any
 of them the system is dead: the process group is killed and every later call raises the same error.
 
-Stdout is read line by line by a thread feeding a queue, so a per-request timeout is a bounded ``queue.get``; stderr is
-drained by another thread into a bounded tail, so a chatty adapter can never block on a full pipe.
+Stdout is read line by line by a thread that hands each response to the request whose seq it echoes, so a
+per-request timeout is a bounded ``queue.get`` and several threads may wait at once: an adapter whose hello lists the
+``concurrent`` feature is called from many threads (`kpurgatory check --threads`). A line that answers no outstanding
+request goes to the oldest one, whose decoding then says what is wrong with it. stderr is drained by another thread
+into a bounded tail, so a chatty adapter can never block on a full pipe.
 """
 
 from __future__ import annotations
@@ -69,6 +72,16 @@ class AdapterFailed(AdapterError):
     kind = "adapter reported a failure"
 
 
+def echoed_seq(line: bytes) -> object:
+    """The seq a response line echoes, if it is a JSON object with one (the line is validated later, in full)."""
+    try:
+        document = json.loads(line)
+    except ValueError:
+        return None
+    seq = document.get("seq") if isinstance(document, dict) else None
+    return seq if type(seq) is int else None
+
+
 def shorten(text: str, limit: int = 200) -> str:
     return text if len(text) <= limit else text[:limit] + f"… ({len(text)} characters)"
 
@@ -81,7 +94,10 @@ class SubprocessSystem:
         self.command, self.timeout = command, timeout
         self.next_seq = 0
         self.broken: AdapterError | None = None
-        self.responses: queue.Queue[bytes | None] = queue.Queue()
+        #: seq -> where its response line goes (None: the adapter closed its stdout); writing takes ``sending``,
+        #: the reader only ``routing``, so a full stdin pipe can never stop responses from being read
+        self.waiting: dict[int, queue.Queue[bytes | None]] = {}
+        self.sending, self.routing = threading.Lock(), threading.Lock()
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
         try:
             self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -134,18 +150,25 @@ class SubprocessSystem:
         return response["result"]
 
     def request(self, cmd: str, args: dict) -> dict:
-        """Send one request and return its validated response document."""
+        """Send one request and return its validated response document (thread-safe)."""
         if self.broken is not None:
             raise self.broken
-        seq, self.next_seq = self.next_seq, self.next_seq + 1
-        what = f"request {seq} ({cmd})"
+        answer: queue.Queue[bytes | None] = queue.Queue(maxsize=1)
+        with self.sending:
+            seq, self.next_seq = self.next_seq, self.next_seq + 1
+            with self.routing:
+                self.waiting[seq] = answer
+            what = f"request {seq} ({cmd})"
+            try:
+                self.process.stdin.write(json.dumps({"seq": seq, "cmd": cmd, "args": args}).encode() + b"\n")
+                self.process.stdin.flush()
+                sent = True
+            except OSError:
+                sent = False
+        if not sent:
+            raise self._crashed(what)
         try:
-            self.process.stdin.write(json.dumps({"seq": seq, "cmd": cmd, "args": args}).encode() + b"\n")
-            self.process.stdin.flush()
-        except OSError:
-            raise self._crashed(what) from None
-        try:
-            line = self.responses.get(timeout=self.timeout)
+            line = answer.get(timeout=self.timeout)
         except queue.Empty:
             raise self._break(AdapterTimedOut(f"no response to {what} within {self.timeout:g} s; killed it",
                                               self._stderr())) from None
@@ -174,6 +197,8 @@ class SubprocessSystem:
         return response
 
     def _crashed(self, what: str) -> AdapterError:
+        if self.broken is not None:
+            return self.broken
         try:
             code = self.process.wait(EXIT_GRACE_S)
         except subprocess.TimeoutExpired:
@@ -183,9 +208,11 @@ class SubprocessSystem:
         return self._break(AdapterCrashed(f"exited with code {code} before answering {what}", self._stderr()))
 
     def _break(self, error: AdapterError) -> AdapterError:
-        self.broken = error
+        """The first break is the one every caller sees: later ones are its consequences."""
+        if self.broken is None:
+            self.broken = error
         self._kill()
-        return error
+        return self.broken
 
     def _kill(self) -> None:
         if self.process.poll() is None:
@@ -200,8 +227,20 @@ class SubprocessSystem:
 
     def _read_stdout(self) -> None:
         while line := self.process.stdout.readline(MAX_LINE_BYTES + 1):
-            self.responses.put(line)
-        self.responses.put(None)
+            with self.routing:
+                seq = echoed_seq(line)
+                if seq not in self.waiting and self.waiting:
+                    seq = min(self.waiting)
+                answer = self.waiting.pop(seq, None)
+            if answer is None:
+                self._break(ProtocolViolation(f"a line that answers no request: {shorten(repr(line))}",
+                                              self._stderr()))
+                continue
+            answer.put(line)
+        with self.routing:
+            waiting, self.waiting = list(self.waiting.values()), {}
+        for answer in waiting:
+            answer.put(None)
 
     def _read_stderr(self) -> None:
         for line in self.process.stderr:
