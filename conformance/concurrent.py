@@ -393,12 +393,6 @@ def no_lost_op(history: History) -> Iterator[Violation]:
                             (watches[0].seq,))
 
 
-#: which commands a completion via each route can come from
-ROUTES: dict[str, tuple[type[v.Command], ...]] = {
-    "try": (v.Watch, v.Try), "check": (v.Check,), "force": (v.Force,), "expire": (v.Advance, v.Watch),
-}
-
-
 def justified(history: History) -> Iterator[Violation]:
     for step in history.steps:
         for event in step.observation.events:
@@ -417,7 +411,7 @@ def justified(history: History) -> Iterator[Violation]:
             continue
         for completion in completions:
             step, command = completion.step, completion.step.command
-            if not isinstance(command, ROUTES.get(completion.via, ())) or getattr(command, "op", op) != op:
+            if not v.may_complete_via(command, v.Complete(op, completion.via)):
                 yield Violation("justified", f"op {op} completed via {completion.via} in "
                                              f"{format_command(command)}", (step.seq,))
             elif isinstance(command, v.Check) and not any(

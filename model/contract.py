@@ -160,13 +160,10 @@ class ContractMonitor:
             return
         if event.via in ("try", "check") and not op.may_complete_by_condition():
             self.fail("justified", f"{event.op!r} completed via {event.via} but its condition never held")
-        if event.via == "try" and not (isinstance(command, (v.Watch, v.Try)) and command.op == event.op):
-            self.fail("justified", f"{event.op!r} completed via try during {command.name}")
-        if event.via == "check" and not (isinstance(command, v.Check) and self.live.get(command.key, {}).get(event.op)):
-            self.fail("justified", f"{event.op!r} completed via check during {command.name}, not through a key "
-                                   f"it is watched on")
-        if event.via == "force" and not (isinstance(command, v.Force) and command.op == event.op):
-            self.fail("justified", f"{event.op!r} completed via force during {command.name}")
+        if not v.may_complete_via(command, event):
+            self.fail("justified", f"{event.op!r} completed via {event.via} during {command.name}")
+        elif event.via == "check" and not self.live.get(command.key, {}).get(event.op):
+            self.fail("justified", f"{event.op!r} completed via check of {command.key!r}, not a key it is watched on")
         pending = self.delayed_ops.pop(event.op, None)
         if event.via == "expire":
             if pending is None:

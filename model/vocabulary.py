@@ -291,6 +291,17 @@ class StaleTry(Event):
 
 EVENTS: dict[str, type[Event]] = {cls.kind: cls for cls in (Complete, Expire, Run, Purge, StaleTry)}
 
+#: the commands during which a completion can take each route: a tryComplete made by a watch or a try of the op, by
+#: a check, a force of the op, and the timer (in an advance, or in the watch whose timer add found the op already due)
+VIA_COMMANDS: dict[str, tuple[type[Command], ...]] = {
+    "try": (Watch, Try), "check": (Check,), "force": (Force,), "expire": (Advance, Watch)}
+
+
+def may_complete_via(command: Command, event: Complete) -> bool:
+    """``command`` can complete ``event.op`` by ``event.via``: a command of that route, naming that op if it names
+    one (which keys a check may complete through is the caller's to judge)."""
+    return isinstance(command, VIA_COMMANDS.get(event.via, ())) and getattr(command, "op", event.op) == event.op
+
 
 # ---------------------------------------------------------------------------------------------------------------
 # Observations

@@ -74,7 +74,7 @@ class AdapterOperation(DelayedOperation):
 
 
 #: the route (``via``) of a completion made while a command runs, unless the timer's expiry makes it
-ROUTES = {v.Watch: "try", v.Try: "try", v.Check: "check", v.Force: "force"}
+ROUTES = {command: via for via, commands in v.VIA_COMMANDS.items() if via != "expire" for command in commands}
 
 
 class BuiltinAdapter:
