@@ -11,13 +11,13 @@ import importlib
 import click
 
 SUBCOMMANDS: dict[str, str] = {
-    "bench": "kpurgatory.conformance.bench:bench_command",
-    "check": "kpurgatory.conformance.check:check_command",
-    "check-history": "kpurgatory.conformance.concurrent:check_history_command",
-    "mutants": "kpurgatory.conformance.mutants:mutants_command",
-    "replay": "kpurgatory.conformance.replay:replay_command",
-    "scenarios": "kpurgatory.conformance.replay:scenarios_command",
-    "simulate": "kpurgatory.conformance.simulate:simulate_command",
+    "bench": "kpurgatory.conformance.tools.bench:bench_command",
+    "check": "kpurgatory.conformance.check.sequential:check_command",
+    "check-history": "kpurgatory.conformance.check.concurrent:check_history_command",
+    "mutants": "kpurgatory.conformance.tools.mutants:mutants_command",
+    "replay": "kpurgatory.conformance.traces.replay:replay_command",
+    "scenarios": "kpurgatory.conformance.traces.replay:scenarios_command",
+    "simulate": "kpurgatory.conformance.tools.simulate:simulate_command",
     "validate-traces": "kpurgatory.conformance.spark.validate:validate_command",
     "record": "kpurgatory.conformance.spark.record:record_command",
     "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",

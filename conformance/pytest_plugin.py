@@ -20,11 +20,11 @@ from typing import Callable
 
 import pytest
 
-from kpurgatory.conformance.check import CheckResult, run_check
-from kpurgatory.conformance.concurrent import ConcurrentResult, render, run_concurrent_check
-from kpurgatory.conformance.replay import ReplayReport, replay, scenarios
-from kpurgatory.conformance.sut import SystemUnderTest
-from kpurgatory.conformance.trace import Trace
+from kpurgatory.conformance.check.sequential import CheckResult, run_check
+from kpurgatory.conformance.check.concurrent import ConcurrentResult, render, run_concurrent_check
+from kpurgatory.conformance.traces.replay import ReplayReport, replay, scenarios
+from kpurgatory.conformance.adapters.sut import SystemUnderTest
+from kpurgatory.conformance.traces.codec import Trace
 
 
 @pytest.fixture(scope="session")
@@ -51,7 +51,7 @@ def kpurgatory_replay():
 @pytest.fixture
 def kpurgatory_check(tmp_path: Path):
     """``check(factory, profile=..., level="exact", examples=..., steps=..., seed=None)``: run the conformance check
-    (`kpurgatory.conformance.check.run_check`) on the systems ``factory`` makes. A failure fails the test with the
+    (`kpurgatory.conformance.check.sequential.run_check`) on the systems ``factory`` makes. A failure fails the test with the
     step table, the seed and the path of the counterexample trace (under the test's tmp_path) to replay with
     ``kpurgatory replay``; a pass returns the `CheckResult` (coverage, distinct states, ...)."""
 
@@ -67,7 +67,7 @@ def kpurgatory_check(tmp_path: Path):
 @pytest.fixture
 def kpurgatory_check_concurrently(tmp_path: Path):
     """``check(factory, threads=4, runs=100, steps=60, seed=None)``: the concurrent check
-    (`kpurgatory.conformance.concurrent.run_concurrent_check`). A failure fails the test with the violations, the
+    (`kpurgatory.conformance.check.concurrent.run_concurrent_check`). A failure fails the test with the violations, the
     whole history and the path of its file (under the test's tmp_path); a pass returns the `ConcurrentResult`."""
 
     def check(factory: Callable[[], SystemUnderTest], *, threads: int = 4, runs: int = 100, steps: int = 60,

@@ -2,7 +2,7 @@
 
 Every part of the project speaks it: the model executes commands and emits observations, the implementation's
 adapter does the same, the trace format and the subprocess protocol serialise exactly these classes
-(`kpurgatory.conformance.trace`), the Spark pipeline replays them and z3 counterexamples are written in them.
+(`kpurgatory.conformance.traces.codec`), the Spark pipeline replays them and z3 counterexamples are written in them.
 specs/protocol.md is the normative prose; this module is the code it describes.
 
 A command is a frozen attrs class. Its observation is a result (a JSON value), the events the command caused in

@@ -14,7 +14,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from kpurgatory.conformance.trace import write_traces
+from kpurgatory.conformance.traces.codec import write_traces
 from kpurgatory.specs.core import BOUND, PROVED, REFUTED, Obligation, Outcome, run_named, run_one, select
 
 STYLE = {PROVED: "green", BOUND: "cyan", REFUTED: "yellow"}

@@ -23,7 +23,7 @@ from typing import Callable, Iterable
 import attrs
 import z3
 
-from kpurgatory.conformance.trace import Trace
+from kpurgatory.conformance.traces.codec import Trace
 
 PROVED, REFUTED, BOUND, UNKNOWN, ERROR = "proved", "refuted", "bound", "unknown", "error"
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import attrs
 import z3
 
-from kpurgatory.conformance.trace import Header, model_trace
+from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.core import PROVED, REFUTED, UNKNOWN, Outcome, obligation, solver
 

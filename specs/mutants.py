@@ -19,7 +19,7 @@ key                         the bug                                   where the 
 
 from __future__ import annotations
 
-from kpurgatory.conformance.trace import Trace
+from kpurgatory.conformance.traces.codec import Trace
 from kpurgatory.specs.core import REFUTED, load_all, run_one
 
 #: mutant key -> the obligation that refutes it
@@ -30,7 +30,7 @@ MUTANT_OBLIGATIONS = {
 }
 
 
-#: mutant key -> the implementation mutant with the same bug in kpurgatory.conformance.mutants (None: none yet)
+#: mutant key -> the implementation mutant with the same bug in kpurgatory.conformance.tools.mutants (None: none yet)
 IMPL_MUTANTS = {
     "purge_ge": "purge_at_interval",
     "no_second_try": "missing_second_try",

@@ -34,7 +34,7 @@ from typing import Iterable
 import attrs
 import z3
 
-from kpurgatory.conformance.trace import Header, Trace, model_trace
+from kpurgatory.conformance.traces.codec import Header, Trace, model_trace
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.core import BOUND, PROVED, REFUTED, UNKNOWN, Outcome, obligation, solver
@@ -795,7 +795,7 @@ def purgatory_trace(trace_id: str, run: Run, description: str) -> Trace:
 
 
 def describe_run(run: Run) -> str:
-    from kpurgatory.conformance.replay import format_command
+    from kpurgatory.conformance.traces.replay import format_command
 
     return f"purge_interval={run.purge_interval}: " + "; ".join(format_command(c) for c in to_vocabulary(run.commands))
 

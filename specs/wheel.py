@@ -23,7 +23,7 @@ import random
 import attrs
 import z3
 
-from kpurgatory.conformance.trace import Header, model_trace
+from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.core import (BOUND, PROVED, REFUTED, Lemma, Outcome, find, minimise, obligation, prove,
                                    verdict, with_lemmas)

@@ -13,7 +13,7 @@ from typing import Callable
 import attrs
 import click
 
-from kpurgatory.conformance.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 
 BUILTIN = "kpurgatory.conformance.adapters.builtin:factory"
 

@@ -18,7 +18,7 @@ import contextlib
 import functools
 import threading
 
-from kpurgatory.conformance.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.impl.purgatory import DelayedOperation, DelayedOperationPurgatory, EmptyKeysError, checked_keys
 from kpurgatory.impl.timer import SystemTimer, TimerDomainError, TimerTask
 from kpurgatory.model import CommandError

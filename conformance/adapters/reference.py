@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import attrs
 
-from kpurgatory.conformance.sut import Hello
+from kpurgatory.conformance.adapters.sut import Hello
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 

@@ -19,8 +19,8 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
-from kpurgatory.conformance.sut import SystemUnderTest
-from kpurgatory.conformance.trace import command_from_json, observation_to_json, validate
+from kpurgatory.conformance.adapters.sut import SystemUnderTest
+from kpurgatory.conformance.traces.codec import command_from_json, observation_to_json, validate
 from kpurgatory.model import vocabulary as v
 
 

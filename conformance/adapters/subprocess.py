@@ -27,8 +27,8 @@ import subprocess
 import threading
 from typing import ClassVar
 
-from kpurgatory.conformance.sut import Hello
-from kpurgatory.conformance.trace import command_to_json, observation_from_json, params_to_json, validate
+from kpurgatory.conformance.adapters.sut import Hello
+from kpurgatory.conformance.traces.codec import command_to_json, observation_from_json, params_to_json, validate
 from kpurgatory.model import vocabulary as v
 
 PROTOCOL_VERSION = 1

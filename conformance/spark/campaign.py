@@ -1,10 +1,10 @@
-"""``kpurgatory campaign``: many seeds of `kpurgatory.conformance.check.run_check`, spread over Spark executors.
+"""``kpurgatory campaign``: many seeds of `kpurgatory.conformance.check.sequential.run_check`, spread over Spark executors.
 
 One check explores generated runs of one profile from one seed and shrinks the first divergence it finds; a campaign
 is many of them: every (profile, seed) pair for seeds ``--first-seed`` .. ``+ --seeds``, cut into ranges, one range
 per task. Each check makes its own systems from ``--impl``/``--adapter`` on the executor, so a subprocess adapter runs
 where the task runs. The driver collects per check: its verdict, its coverage (the model-state items of
-`kpurgatory.conformance.coverage`: wheel levels reached, cascades, purges, stale entries...) and, on a divergence,
+`kpurgatory.conformance.check.coverage`: wheel levels reached, cascades, purges, stale entries...) and, on a divergence,
 the shrunk counterexample (a trace of model observations that ``kpurgatory replay FILE --impl ...`` reproduces)
 with its step table. A check that crashes is reported as an error, not allowed to end the campaign.
 """
@@ -24,10 +24,10 @@ from rich.console import Console
 from rich.table import Table
 
 from kpurgatory.conformance.adapters import BUILTIN, open_system, system_factory
-from kpurgatory.conformance.check import DEFAULT_STEPS, coverage_table, render, run_check
-from kpurgatory.conformance.compare import LEVELS
+from kpurgatory.conformance.check.sequential import DEFAULT_STEPS, coverage_table, render, run_check
+from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
-from kpurgatory.conformance.trace import dumps
+from kpurgatory.conformance.traces.codec import dumps
 from kpurgatory.model import vocabulary as v
 
 DEFAULT_EXAMPLES = 25  # per (profile, seed): many small checks spread better than a few long ones

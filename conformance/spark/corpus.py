@@ -1,6 +1,6 @@
 """Trace corpora as Spark reads them: JSON Lines files and Parquet, into one row per trace line with its provenance.
 
-JSON Lines is the codec's format (`kpurgatory.conformance.trace`). The Parquet layout (what ``kpurgatory record``
+JSON Lines is the codec's format (`kpurgatory.conformance.traces.codec`). The Parquet layout (what ``kpurgatory record``
 writes) has one row per line and the line's top-level fields as columns: ``trace`` (string), ``seq`` (int64), and
 ``header``, ``cmd``, ``args``, ``result``, ``events``, ``error`` (strings), where the JSON-valued fields (header, args,
 result, events) hold JSON text — a result is a bool, a number, a list or an object depending on the command, which no

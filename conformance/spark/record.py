@@ -27,7 +27,7 @@ from kpurgatory.conformance.adapters import BUILTIN, open_system
 from kpurgatory.conformance.spark import corpus
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
 from kpurgatory.conformance.spark.workload import WORKLOADS, workload
-from kpurgatory.conformance.trace import Step, Trace, model_trace, trace_lines
+from kpurgatory.conformance.traces.codec import Step, Trace, model_trace, trace_lines
 from kpurgatory.model import vocabulary as v
 
 MODEL = "model"

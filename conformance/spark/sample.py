@@ -15,7 +15,7 @@ from pathlib import Path
 
 from kpurgatory.conformance.adapters import BUILTIN, open_system
 from kpurgatory.conformance.spark.record import record_trace
-from kpurgatory.conformance.trace import Header, dumps, model_trace, trace_lines
+from kpurgatory.conformance.traces.codec import Header, dumps, model_trace, trace_lines
 from kpurgatory.model import vocabulary as v
 
 CLEAN = 30  # recordings: seeds 0..29, 100 steps each

@@ -3,7 +3,7 @@
 The job: read the corpus (`corpus.load`), ``repartition(trace).sortWithinPartitions(trace, seq, ...)`` so each trace's
 lines arrive together and in order, then stream them through `validate_batches` with ``mapInArrow``. That function
 collects one trace at a time (memory is bounded by the largest trace, not the corpus; a trace may straddle Arrow
-batches) and replays it with `kpurgatory.conformance.replay.replay` — the same codec, model, comparison and contract
+batches) and replays it with `kpurgatory.conformance.traces.replay.replay` — the same codec, model, comparison and contract
 monitor as ``kpurgatory replay``, so a verdict here and there cannot disagree.
 
 A trace is judged whole or not at all. If any of its lines is bad (not JSON, unknown command, missing field, a
@@ -37,11 +37,11 @@ import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
-from kpurgatory.conformance.compare import LEVELS, Difference
-from kpurgatory.conformance.replay import format_command, format_observation, replay
+from kpurgatory.conformance.check.compare import LEVELS, Difference
+from kpurgatory.conformance.traces.replay import format_command, format_observation, replay
 from kpurgatory.conformance.spark import corpus
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
-from kpurgatory.conformance.trace import Header, Trace, dumps, parse_line
+from kpurgatory.conformance.traces.codec import Header, Trace, dumps, parse_line
 from kpurgatory.model import CommandError
 from kpurgatory.model.contract import Violation
 

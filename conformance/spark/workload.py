@@ -1,6 +1,6 @@
 """Seeded random workloads for ``kpurgatory record``: ``workload(name, seed, steps)`` -> a run valid for the model.
 
-Hypothesis (conformance.strategies, conformance.check) searches and shrinks; a corpus needs something else: many
+Hypothesis (conformance.check.strategies, conformance.check.sequential) searches and shrinks; a corpus needs something else: many
 long runs, cheaply, each one regenerable from nothing but its seed on any executor, with no database. So this draws
 with ``random.Random`` and follows the strategies' rules for validity (ops re-watched without their delay, commands
 only on known ids, nothing after shutdown) and their spirit for reach: small wheels so overflow levels three and up
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import random
 
-from kpurgatory.conformance.trace import Header
+from kpurgatory.conformance.traces.codec import Header
 from kpurgatory.model import vocabulary as v
 
 WORKLOADS = ("mixed", "purgatory", "timer")

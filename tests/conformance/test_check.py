@@ -9,11 +9,11 @@ import pytest
 from click.testing import CliRunner
 
 from kpurgatory.conformance.adapters.reference import ModelSystem
-from kpurgatory.conformance.check import run_check
+from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.coverage import ITEMS
-from kpurgatory.conformance.replay import replay
-from kpurgatory.conformance.trace import dumps, read_traces
+from kpurgatory.conformance.check.coverage import ITEMS
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.traces.codec import dumps, read_traces
 from kpurgatory.model import vocabulary as v
 
 

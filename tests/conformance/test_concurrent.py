@@ -12,12 +12,12 @@ from click.testing import CliRunner
 
 from kpurgatory.conformance.adapters.builtin import AdapterOperation, BuiltinAdapter
 from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
-from kpurgatory.conformance.check import run_check
+from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.concurrent import (CLOCK, DRAIN, check_history, execute, plan_run,
+from kpurgatory.conformance.check.concurrent import (CLOCK, DRAIN, check_history, execute, plan_run,
                                                run_concurrent_check)
-from kpurgatory.conformance.mutants import adapter_class, BY_ID
-from kpurgatory.conformance.trace import (Header, Step, Timing, Trace, TraceFormatError, dumps, loads, read_traces,
+from kpurgatory.conformance.tools.mutants import adapter_class, BY_ID
+from kpurgatory.conformance.traces.codec import (Header, Step, Timing, Trace, TraceFormatError, dumps, loads, read_traces,
                                           write_traces)
 from kpurgatory.model import vocabulary as v
 
@@ -331,7 +331,7 @@ def test_an_adapter_declaring_the_concurrent_feature_is_checked_through_the_prot
     outcome = CliRunner().invoke(main, ["check", "--threads", "3", "--examples", "3", "--steps", "20", "--seed", "1",
                                         "--adapter", served, "--out", str(tmp_path)])
     assert outcome.exit_code == 0, outcome.output
-    buggy = served.replace("adapters.builtin:factory", "mutants:double_completion")
+    buggy = served.replace("adapters.builtin:factory", "tools.mutants:double_completion")
     result = run_concurrent_check(functools.partial(SubprocessSystem, buggy), threads=3, runs=20, steps=30, seed=4)
     assert not result.passed and "exactly_once" in {violation.property for violation in result.violations}
 

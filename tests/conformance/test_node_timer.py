@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.trace import read_traces
+from kpurgatory.conformance.traces.codec import read_traces
 
 pytestmark = pytest.mark.skipif(shutil.which("node") is None, reason="node (Node.js) is not installed")
 

@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.replay import replay, scenario_files, scenarios
-from kpurgatory.conformance.trace import dumps
+from kpurgatory.conformance.traces.replay import replay, scenario_files, scenarios
+from kpurgatory.conformance.traces.codec import dumps
 
 
 @pytest.mark.parametrize("scenario_id", sorted(scenarios()))

@@ -10,9 +10,9 @@ import pytest
 from kpurgatory.conformance.adapters import open_system
 from kpurgatory.conformance.adapters import subprocess as adapter_module
 from kpurgatory.conformance.adapters.subprocess import AdapterCrashed, SubprocessSystem
-from kpurgatory.conformance.check import run_check
-from kpurgatory.conformance.replay import replay
-from kpurgatory.conformance.trace import read_traces
+from kpurgatory.conformance.check.sequential import run_check
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.traces.codec import read_traces
 
 REFERENCE = "kpurgatory.conformance.adapters.reference:factory"
 MISBEHAVING = f"{sys.executable} {Path(__file__).with_name('misbehaving_adapter.py')}"

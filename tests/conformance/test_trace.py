@@ -5,8 +5,8 @@ import json
 import pytest
 from hypothesis import given, settings
 
-from kpurgatory.conformance.strategies import runs
-from kpurgatory.conformance.trace import Header, TraceFormatError, dumps, loads, model_trace
+from kpurgatory.conformance.check.strategies import runs
+from kpurgatory.conformance.traces.codec import Header, TraceFormatError, dumps, loads, model_trace
 
 HEADER = ('{"trace":"t","seq":0,"header":{"format":"kpurgatory-trace","version":1,"profile":"purgatory",'
           '"params":{"tick_ms":1,"wheel_size":20,"start_ms":0,"purge_interval":1000},"implementation":"x"}}')

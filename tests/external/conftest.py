@@ -8,7 +8,7 @@ from typing import Callable
 import pytest
 from hypothesis import strategies as st
 
-from kpurgatory.conformance import strategies
+from kpurgatory.conformance.check import strategies
 from kpurgatory.model import vocabulary as v
 
 

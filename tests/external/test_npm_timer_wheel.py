@@ -14,9 +14,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
-from kpurgatory.conformance.check import run_check
-from kpurgatory.conformance.replay import replay
-from kpurgatory.conformance.trace import Header, model_trace, read_traces
+from kpurgatory.conformance.check.sequential import run_check
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.traces.codec import Header, model_trace, read_traces
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "conformance" / "examples" / "pypi"
 ADAPTER = f"node {shlex.quote(str(EXAMPLES / 'npm-timer-wheel' / 'adapter.js'))}"

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kpurgatory.conformance.check import run_check
-from kpurgatory.conformance.replay import replay
-from kpurgatory.conformance.trace import Header, model_trace, read_traces
+from kpurgatory.conformance.check.sequential import run_check
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.traces.codec import Header, model_trace, read_traces
 
 timeWheel = pytest.importorskip("timeWheel", reason="needs `pip install timewheel==0.0.5`")
 

@@ -173,8 +173,8 @@ def test_invalid_params_rejected_like_the_model(profile: str) -> None:
 def test_check_removes_the_visited_duplicate_entry_like_the_model():
     """[o, x, o] with o completing on its second visit: the first (now stale) entry stays ahead of x."""
     from kpurgatory.conformance.adapters.builtin import factory
-    from kpurgatory.conformance.replay import replay
-    from kpurgatory.conformance.trace import Header, model_trace
+    from kpurgatory.conformance.traces.replay import replay
+    from kpurgatory.conformance.traces.codec import Header, model_trace
     from kpurgatory.model import Params
     from kpurgatory.model import vocabulary as v
 

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kpurgatory.conformance.strategies import params as params_strategy
-from kpurgatory.conformance.strategies import timer_commands
+from kpurgatory.conformance.check.strategies import params as params_strategy
+from kpurgatory.conformance.check.strategies import timer_commands
 from kpurgatory.model import CommandError, Model, Params
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.timer import wheel_invariants

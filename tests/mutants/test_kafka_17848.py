@@ -9,7 +9,7 @@ import time
 import pytest
 
 from kpurgatory.conformance.adapters.builtin import BuiltinAdapter
-from kpurgatory.conformance.mutants import BY_ID, adapter_class
+from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
 from kpurgatory.model import vocabulary as v
 
 

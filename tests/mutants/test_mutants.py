@@ -1,4 +1,4 @@
-"""The conformance check finds every seeded bug (`kpurgatory.conformance.mutants`) within a CI budget, and each
+"""The conformance check finds every seeded bug (`kpurgatory.conformance.tools.mutants`) within a CI budget, and each
 counterexample is a real test vector: it fails against its mutant and passes against the built-in implementation.
 
 Budget: seed 0, at most 200 runs of up to 60 commands per mutant (the check's own step count), stopped at the first
@@ -14,14 +14,14 @@ import pytest
 from click.testing import CliRunner
 
 from kpurgatory.conformance.adapters.builtin import factory as builtin_factory
-from kpurgatory.conformance.check import run_check
+from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.machine import Session
-from kpurgatory.conformance.concurrent import run_concurrent_check
-from kpurgatory.conformance.mutants import (CONCURRENT_STEPS, CONCURRENT_THREADS, MUTANTS, SLOTS, Mutant, Wheel,
+from kpurgatory.conformance.check.machine import Session
+from kpurgatory.conformance.check.concurrent import run_concurrent_check
+from kpurgatory.conformance.tools.mutants import (CONCURRENT_STEPS, CONCURRENT_THREADS, MUTANTS, SLOTS, Mutant, Wheel,
                                             adapter_class)
-from kpurgatory.conformance.replay import replay
-from kpurgatory.conformance.trace import Header, Trace
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.traces.codec import Header, Trace
 
 SEED, EXAMPLES = 0, 1000  # runs stop at the first failure; the budget only bounds slow kills
 SEQUENTIAL = [mutant for mutant in MUTANTS if not mutant.race]
@@ -102,7 +102,7 @@ def test_the_command_writes_a_counterexample_that_replay_reproduces(tmp_path):
     assert "killed" in suite.output and "median" in suite.output
     trace = tmp_path / "purge_at_interval.jsonl"
     against_mutant = runner.invoke(main, ["replay", str(trace), "--impl",
-                                          "kpurgatory.conformance.mutants:purge_at_interval"])
+                                          "kpurgatory.conformance.tools.mutants:purge_at_interval"])
     assert against_mutant.exit_code == 1, against_mutant.output
     assert runner.invoke(main, ["replay", str(trace), "--impl",
                                 "kpurgatory.conformance.adapters.builtin:factory"]).exit_code == 0

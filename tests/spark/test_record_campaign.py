@@ -14,7 +14,7 @@ from kpurgatory.conformance.spark.validate import run_validation
 pytestmark = pytest.mark.spark
 REFERENCE = "kpurgatory.conformance.adapters.reference:factory"
 #: numDelayed reports the estimate of operations instead of the timer's size (KAFKA-1616)
-MUTANT = "kpurgatory.conformance.mutants:kafka_1616_num_delayed"
+MUTANT = "kpurgatory.conformance.tools.mutants:kafka_1616_num_delayed"
 
 
 def invoke(*args):

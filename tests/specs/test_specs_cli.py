@@ -6,7 +6,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.trace import read_traces
+from kpurgatory.conformance.traces.codec import read_traces
 from kpurgatory.specs.document import render
 
 SPECS = Path(__file__).resolve().parents[2] / "specs"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from kpurgatory.conformance.replay import replay
+from kpurgatory.conformance.traces.replay import replay
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.mutants import IMPL_MUTANTS, MUTANT_OBLIGATIONS, mutant_counterexamples
 from kpurgatory.specs.purgatory import crosscheck
@@ -54,7 +54,7 @@ def test_the_rounded_up_wheel_disagrees_with_the_trace(counterexamples):
 
 @pytest.mark.parametrize("key", [k for k, impl in IMPL_MUTANTS.items() if impl])
 def test_counterexample_kills_the_matching_impl_mutant(counterexamples, key):
-    mutants = pytest.importorskip("kpurgatory.conformance.mutants")
+    mutants = pytest.importorskip("kpurgatory.conformance.tools.mutants")
     from kpurgatory.conformance.adapters.builtin import factory
 
     trace = counterexamples[key]

@@ -9,8 +9,8 @@ from click.testing import CliRunner
 
 from kpurgatory.conformance.adapters.builtin import factory
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.replay import replay
-from kpurgatory.conformance.trace import read_traces, write_traces
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.traces.codec import read_traces, write_traces
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.wheel import KafkaWheel, kafka_outcome

@@ -5,9 +5,9 @@ rebalance lets its heartbeat complete."""
 
 import pytest
 
-from kpurgatory.conformance.replay import replay
-from kpurgatory.conformance.simulate import StepCollector
-from kpurgatory.conformance.trace import Header
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.tools.simulate import StepCollector
+from kpurgatory.conformance.traces.codec import Header
 from kpurgatory.impl.workloads import Errors, GroupCoordinator, MemberKey, Scheduler, SimulatedPurgatory
 from kpurgatory.impl.workloads.heartbeat import GroupResponse, GroupState
 from kpurgatory.model import vocabulary as v

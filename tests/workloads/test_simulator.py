@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.replay import replay
-from kpurgatory.conformance.simulate import StepCollector, seed_fetch_walkthrough, seed_produce_walkthrough
-from kpurgatory.conformance.trace import Header, read_traces
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.tools.simulate import StepCollector, seed_fetch_walkthrough, seed_produce_walkthrough
+from kpurgatory.conformance.traces.codec import Header, read_traces
 from kpurgatory.impl.workloads import Errors, Simulation, TopicPartition, scenario_config
 from kpurgatory.model import vocabulary as v
 

@@ -30,7 +30,7 @@ import unittest.mock
 
 from timeWheel import TimeLoop, threadTimeWheel
 
-from kpurgatory.conformance.sut import Hello
+from kpurgatory.conformance.adapters.sut import Hello
 from kpurgatory.model import CommandError
 from kpurgatory.model import vocabulary as v
 

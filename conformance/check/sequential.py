@@ -1,7 +1,7 @@
 """Checking an implementation against the model with generated runs: `run_check` and ``kpurgatory check``.
 
 ``run_check(factory, profile=...)`` explores runs of one profile with the conformance state machine
-(`conformance.machine`), deterministically from ``seed``, and returns a `CheckResult`. On a failure the result
+(`conformance.check.machine`), deterministically from ``seed``, and returns a `CheckResult`. On a failure the result
 carries the shrunk counterexample as a trace of the model's observations — a test vector that
 ``kpurgatory replay TRACE --impl/--adapter`` reproduces and anyone can read — and the step table of the system
 against the model at the step where they part. A system that breaks the protocol (crash, hang, garbage) ends the
@@ -35,11 +35,11 @@ from rich.table import Table
 
 from kpurgatory.conformance.adapters import BUILTIN, system_factory
 from kpurgatory.conformance.adapters.subprocess import AdapterError
-from kpurgatory.conformance.compare import LEVELS
-from kpurgatory.conformance.machine import Abort, Session, Stop, machine_class
-from kpurgatory.conformance.replay import ReplayReport, print_report, with_target_options
-from kpurgatory.conformance.sut import Hello, SystemUnderTest
-from kpurgatory.conformance.trace import Header, Trace, write_traces
+from kpurgatory.conformance.check.compare import LEVELS
+from kpurgatory.conformance.check.machine import Abort, Session, Stop, machine_class
+from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
+from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.traces.codec import Header, Trace, write_traces
 from kpurgatory.model import vocabulary as v
 
 #: the default budget per profile: about 20 s of CPU each for the built-in implementation (kpurgatory check)
@@ -244,7 +244,7 @@ def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, ju
         if "concurrent" not in features:
             raise click.UsageError("--threads calls the adapter from several threads at once; it must list the "
                                    "'concurrent' feature in its hello (specs/protocol.md, §3)")
-    from kpurgatory.conformance.concurrent import check_concurrently
+    from kpurgatory.conformance.check.concurrent import check_concurrently
 
     seed = random.randrange(2**32) if seed is None else seed
     rerun = (f"kpurgatory check {target_flags(impl, adapter, 'exact')} --threads {threads} --examples {examples} "

@@ -5,10 +5,10 @@ kafka-semantics §4) written as ONE small subclass of ONE impl component that ov
 is the built-in adapter with impl assembled from its usual classes except that one; `Wheel` and `Timer` are the
 assembly seams impl lacks (it names TimerTaskList, TimingWheel and DelayQueue directly where it builds them).
 
-Any mutant is a system under test: ``--impl kpurgatory.conformance.mutants:<id>`` (the module resolves every id to
+Any mutant is a system under test: ``--impl kpurgatory.conformance.tools.mutants:<id>`` (the module resolves every id to
 its adapter class). ``kpurgatory mutants`` checks each one at the exact level (time to first failure, shrunk
 counterexample written to ``--out``), at the contract level and, for the purgatory, concurrently
-(`kpurgatory.conformance.concurrent`), and exits 1 if a mutant survives them all. A mutant marked ``race`` shows only
+(`kpurgatory.conformance.check.concurrent`), and exits 1 if a mutant survives them all. A mutant marked ``race`` shows only
 when threads race, so only the concurrent check can kill it.
 """
 
@@ -28,10 +28,10 @@ from rich.progress import Progress
 from rich.table import Table
 
 from kpurgatory.conformance.adapters.builtin import AdapterOperation, AdapterTask, BuiltinAdapter
-from kpurgatory.conformance.check import DEFAULT_EXAMPLES, CheckResult, run_check
-from kpurgatory.conformance.concurrent import ConcurrentResult, run_concurrent_check
-from kpurgatory.conformance.sut import Hello
-from kpurgatory.conformance.trace import write_traces
+from kpurgatory.conformance.check.sequential import DEFAULT_EXAMPLES, CheckResult, run_check
+from kpurgatory.conformance.check.concurrent import ConcurrentResult, run_concurrent_check
+from kpurgatory.conformance.adapters.sut import Hello
+from kpurgatory.conformance.traces.codec import write_traces
 from kpurgatory.impl.purgatory import DelayedOperationPurgatory, checked_keys
 from kpurgatory.impl.timer import DelayQueue, SystemTimer, TimerTaskList, TimingWheel
 from kpurgatory.model import vocabulary as v
@@ -419,7 +419,7 @@ CONCURRENT_THREADS, CONCURRENT_STEPS = 4, 40
 
 
 def __getattr__(name: str) -> type[MutantAdapter]:
-    """``kpurgatory.conformance.mutants:<id>``: the mutant's adapter class, a factory of systems under test."""
+    """``kpurgatory.conformance.tools.mutants:<id>``: the mutant's adapter class, a factory of systems under test."""
     if name in BY_ID:
         return adapter_class(BY_ID[name])
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -551,7 +551,7 @@ def mutants_command(only, examples, seed, out, list_only):
                   f"{'-' if median_length is None else f'{median_length:g} steps'}")
     if any(outcome.exact.trace_path for outcome in outcomes):
         console.print(f"counterexamples in {out}/; reproduce one with: kpurgatory replay {out}/ID.jsonl "
-                      f"--impl kpurgatory.conformance.mutants:ID", markup=False, highlight=False)
+                      f"--impl kpurgatory.conformance.tools.mutants:ID", markup=False, highlight=False)
     if any(outcome.concurrent and outcome.concurrent.history_path for outcome in outcomes):
         console.print(f"failing histories in {out}/ID-concurrent.jsonl; check one with: kpurgatory check-history "
                       f"{out}/ID-concurrent.jsonl", markup=False, highlight=False)

@@ -9,7 +9,7 @@ counterexample is a test vector in the trace format.
 
 Bundles hold what commands refer to (timer tasks, ops, keys), so Hypothesis can shrink a run by deleting steps
 without leaving dangling ids. Parameters are drawn in an initialize rule; delays and clock gaps are drawn against
-them (`conformance.strategies`: small wheels, delays at level boundaries). A few rules look at the model's state to
+them (`conformance.check.strategies`: small wheels, delays at level boundaries). A few rules look at the model's state to
 reach what uniform draws rarely do: an advance to a pending deadline or a millisecond either side of it (where early
 and late firing show), and ops that are still waiting (made ready and checked, or watched again). Whether a run ends
 with ``shutdown`` is decided up front and done in teardown, since no command may follow it.
@@ -28,12 +28,12 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, precondition, rule
 
-from kpurgatory.conformance import strategies
+from kpurgatory.conformance.check import strategies
 from kpurgatory.conformance.adapters.subprocess import AdapterError
-from kpurgatory.conformance.coverage import Before, Coverage, entry_places
-from kpurgatory.conformance.replay import SYSTEM, StepChecker, StepOutcome, format_command
-from kpurgatory.conformance.sut import Hello, SystemUnderTest
-from kpurgatory.conformance.trace import Header, Step, Trace
+from kpurgatory.conformance.check.coverage import Before, Coverage, entry_places
+from kpurgatory.conformance.traces.replay import SYSTEM, StepChecker, StepOutcome, format_command
+from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.traces.codec import Header, Step, Trace
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 

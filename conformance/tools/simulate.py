@@ -28,7 +28,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from kpurgatory.conformance.trace import Header, Step, Trace, header_line, step_line, write_traces
+from kpurgatory.conformance.traces.codec import Header, Step, Trace, header_line, step_line, write_traces
 from kpurgatory.impl.workloads import (FetchParams, Partition, PartitionData, RecordBatch, ReplicaManager, Scheduler,
                                        SimulatedPurgatory, Simulation, TopicPartition, scenario_config)
 from kpurgatory.impl.workloads.simulator import PURGATORY_KINDS, SCENARIOS

@@ -36,7 +36,7 @@ cancel_key, force, try, cancel, read the counters) while a clock thread advances
 refers to another thread's op first waits until that op's watch returned. Every op is watched once, so its deadline
 is known up to the clock's movement during the watch. The run ends with a *drain* on one thread: advance past every
 deadline, force every op, check every key, read the counters, shut down. The history is a trace
-(`kpurgatory.conformance.trace`, a header with ``threads`` and steps with timings); a failing one is written to
+(`kpurgatory.conformance.traces.codec`, a header with ``threads`` and steps with timings); a failing one is written to
 ``--out`` and ``kpurgatory check-history`` checks any history file, whoever recorded it.
 
 A violation is a fact about this history, never a guess: every rule uses only what the timings prove (a call that
@@ -62,9 +62,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kpurgatory.conformance.replay import format_command, format_observation
-from kpurgatory.conformance.sut import Hello, SystemUnderTest
-from kpurgatory.conformance.trace import Header, Step, Timing, Trace, TraceFormatError, read_traces, write_traces
+from kpurgatory.conformance.traces.replay import format_command, format_observation
+from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, TraceFormatError, read_traces, write_traces
 from kpurgatory.model import vocabulary as v
 
 #: the interpreter's thread switch interval during a run: CPython's 5 ms default lets a thread run a whole script

@@ -11,7 +11,7 @@ against specs/kpurgatory.schema.json; a bad line is reported with its file, line
 A *concurrent history* is a trace too: its header says how many ``threads`` ran at once, and each step carries its
 `Timing` (the thread, the logical times of invocation and return, and the failure if the system raised). Its steps
 are numbered in order of invocation; they cannot be replayed one after the other, only checked
-(`kpurgatory.conformance.concurrent`).
+(`kpurgatory.conformance.check.concurrent`).
 """
 
 from __future__ import annotations

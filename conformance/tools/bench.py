@@ -17,7 +17,7 @@ clock starts, so every implementation replays exactly the same plan and only the
   random; the others expire. ops = completions (100 000). Reports purges and the largest ``watched()``.
 
 Implementations: ``impl`` (kpurgatory.impl, virtual-clock mode: the same code as the threaded mode, locks included),
-``model`` (kpurgatory.model's classes), ``heapq`` (conformance.baselines.HeapqTimer and SimplePurgatory over it)
+``model`` (kpurgatory.model's classes), ``heapq`` (conformance.tools.baselines.HeapqTimer and SimplePurgatory over it)
 and ``asyncio`` (loop.call_at timers, SimplePurgatory over them). ``vs heapq`` is ops/s over heapq's ops/s.
 
 Memory is measured in a separate, untimed pass under tracemalloc: the bytes allocated since the start of the replay
@@ -50,7 +50,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from kpurgatory.conformance.baselines import AsyncioTimer, BaselineTask, HeapqTimer, SimpleOperation, SimplePurgatory
+from kpurgatory.conformance.tools.baselines import AsyncioTimer, BaselineTask, HeapqTimer, SimpleOperation, SimplePurgatory
 from kpurgatory.impl.purgatory import DelayedOperation, DelayedOperationPurgatory
 from kpurgatory.impl.timer import SystemTimer, TimerTask
 from kpurgatory.model import vocabulary as v

@@ -21,9 +21,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from kpurgatory.conformance.compare import LEVELS, Difference, describe_events, exact_difference
-from kpurgatory.conformance.sut import SystemUnderTest
-from kpurgatory.conformance.trace import Trace, TraceFormatError, command_to_json, read_traces
+from kpurgatory.conformance.check.compare import LEVELS, Difference, describe_events, exact_difference
+from kpurgatory.conformance.adapters.sut import SystemUnderTest
+from kpurgatory.conformance.traces.codec import Trace, TraceFormatError, command_to_json, read_traces
 from kpurgatory.model import CommandError, Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import ContractMonitor, Violation
