@@ -128,12 +128,14 @@ class Header:
 class Timing:
     """Where a step of a concurrent history ran: its ``thread`` and the logical times (one counter shared by all
     threads) of its invocation and return. ``returned`` is None for a call still running when the run ended (a hang);
-    ``failure`` says what the system raised instead of answering."""
+    ``failure`` says what the system raised instead of answering; ``exec_ns`` is when it executed (start, end) on one
+    monotonic clock for the whole history, if known: the overlap figures come from it."""
 
     thread: str
     invoked: int
     returned: int | None
     failure: str | None = None
+    exec_ns: tuple[int, int] | None = attrs.field(default=None, converter=attrs.converters.optional(tuple))
 
     def precedes(self, other: Timing) -> bool:
         """This call returned before ``other`` was invoked (real-time order)."""
@@ -183,6 +185,8 @@ def step_line(trace_id: str, step: Step) -> dict:
         line.update(thread=step.timing.thread, invoked=step.timing.invoked, returned=step.timing.returned)
         if step.timing.failure is not None:
             line["failure"] = step.timing.failure
+        if step.timing.exec_ns is not None:
+            line["exec_ns"] = list(step.timing.exec_ns)
     return line
 
 
@@ -221,8 +225,10 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
     if document.get("cmd") == "init":
         raise ValueError("cmd 'init' belongs to the protocol; in a trace the header line carries the params")
     validate("step_line", document)
-    timing = (Timing(document["thread"], document["invoked"], document["returned"], document.get("failure"))
-              if "thread" in document else None)
+    timing = (Timing(document["thread"], document["invoked"], document["returned"], document.get("failure"),
+                     document.get("exec_ns")) if "thread" in document else None)
+    if timing is not None and timing.exec_ns is not None and timing.exec_ns[0] > timing.exec_ns[1]:
+        raise ValueError("exec_ns: the execution's end comes before its start")
     step = Step(document["seq"], command_from_json(document["cmd"], document["args"]), observation_from_json(document),
                 timing)
     return document["trace"], step
