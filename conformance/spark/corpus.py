@@ -11,6 +11,10 @@ Both become rows of `INPUT_SCHEMA`: ``source`` and ``line`` (file and 1-based li
 row can be found again), the ``trace`` and ``seq`` to group and order by, and the line itself — ``text`` for JSON
 Lines, the field columns for Parquet. Nothing is parsed beyond trace and seq here and nothing is dropped: a line that
 is blank, not UTF-8 or not JSON still becomes a row (with ``problem`` or a null trace) for the validator to quarantine.
+Lines are cut and decoded by the codec's reader (`codec.split_lines`, `codec.decode_line`), with its limits, so a line
+means here what it means to ``kpurgatory replay``. An empty file is one row (the codec's ``empty input``), and a file
+whose last line was cut short is found by the driver (`truncated_end`): replay rejects such a file, so the validator
+quarantines every row of it.
 
 JSON Lines files are cut into byte ranges at line boundaries by the driver, which counts the lines on the way, so
 executors read in parallel yet report exact line numbers, and the input's row count is known independently of the
@@ -27,6 +31,8 @@ import attrs
 import click
 import pyarrow as pa
 import pyarrow.parquet as pq
+
+from kpurgatory.conformance.traces import codec
 
 FIELDS = ("header", "cmd", "args", "result", "events", "error")
 JSON_FIELDS = ("header", "args", "result", "events")
@@ -64,9 +70,9 @@ def row_document(row: dict) -> dict:
             continue
         if name in JSON_FIELDS:
             try:
-                value = json.loads(value)
-            except json.JSONDecodeError as error:
-                raise ValueError(f"{name}: not JSON: {error.msg} at column {error.colno}") from None
+                value = codec.decode_text(value)
+            except ValueError as error:
+                raise ValueError(f"{name}: {error}") from None
         document[name] = value
     return document
 
@@ -123,19 +129,38 @@ def line_splits(path: str, split_bytes: int = SPLIT_BYTES, chunk_bytes: int = 8 
             lines = seen_lines + chunk.count(b"\n", seen)
             offset += len(chunk)
             last = chunk[-1:]
-    if offset > start:
+    if offset > start or offset == 0:  # an empty file is one (empty) split: its row says so
         splits.append((path, start, offset, first))
     return splits, lines + (last != b"\n")
+
+
+def truncated_end(path: str, lines: int) -> tuple[int, str] | None:
+    """(line number, the reader's reason) when ``path`` (of ``lines`` lines) ends in a line cut short: no newline
+    after it, and not JSON."""
+    with open(path, "rb") as file:
+        size = file.seek(0, 2)
+        file.seek(max(0, size - codec.MAX_LINE_BYTES - 1))
+        tail = file.read()
+    if not tail or tail.endswith(b"\n"):
+        return None
+    try:
+        codec.decode_last(tail[tail.rfind(b"\n") + 1:])
+    except ValueError as error:
+        return lines, str(error)
+    return None
 
 
 def line_fields(raw: bytes) -> tuple[str | None, str | None, str | None, int | None]:
     """(text, problem, trace, seq) of one line; only trace and seq are taken from it."""
     try:
         text = raw.decode("utf-8")
-    except UnicodeDecodeError as error:
-        return None, f"not UTF-8: byte {error.start + 1} ({raw[error.start:error.start + 1]!r})", None, None
+    except UnicodeDecodeError:
+        try:
+            codec.decode_line(raw)
+        except ValueError as error:
+            return None, str(error), None, None
     try:
-        document = json.loads(text)
+        document = codec.decode_text(text)
     except ValueError:
         return text, None, None, None
     if not isinstance(document, dict):
@@ -153,11 +178,10 @@ def read_splits(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
             with open(path, "rb") as file:
                 file.seek(start)
                 data = file.read(end - start)
-            lines = data.split(b"\n")
-            if data.endswith(b"\n"):
-                lines.pop()
+            lines = codec.split_lines(data)[0] if end else [b""]
             for offset in range(0, len(lines), BATCH_ROWS):
-                rows = [line_fields(raw.removesuffix(b"\r")) for raw in lines[offset:offset + BATCH_ROWS]]
+                rows = ([line_fields(raw) for raw in lines[offset:offset + BATCH_ROWS]] if end else
+                        [(None, codec.EMPTY_INPUT, None, None)])
                 texts, problems, traces, seqs = zip(*rows)
                 count = len(rows)
                 yield pa.RecordBatch.from_arrays(
@@ -185,19 +209,23 @@ class Loaded:
     frame: object  # pyspark.sql.DataFrame of INPUT_SCHEMA rows
     rows: int  # counted outside the job: lines of the JSON Lines files plus rows in the Parquet footers
     files: int
+    #: JSON Lines files that end in a line cut short -> (its line number, why it is not JSON)
+    truncated: dict[str, tuple[int, str]] = {}
 
 
 def load(session, inputs: Inputs, split_bytes: int = SPLIT_BYTES) -> Loaded:
     """The corpus as one DataFrame of INPUT_SCHEMA rows, with its row count taken by the driver, outside the job."""
     from pyspark.sql import functions as F
 
-    frames, rows = [], 0
+    frames, rows, truncated = [], 0, {}
     if inputs.jsonl:
         splits = []
         for path in inputs.jsonl:
             file_splits, lines = line_splits(path, split_bytes)
             splits += file_splits
-            rows += lines
+            rows += max(lines, 1)
+            if cut := truncated_end(path, lines):
+                truncated[path] = cut
         if splits:
             plan = session.createDataFrame(splits, "path string, start bigint, end bigint, first bigint")
             frames.append(plan.repartition(len(splits)).mapInArrow(read_splits, spark_schema(INPUT_SCHEMA)))
@@ -215,4 +243,4 @@ def load(session, inputs: Inputs, split_bytes: int = SPLIT_BYTES) -> Loaded:
     frame = frames[0] if frames else session.createDataFrame([], spark_schema(INPUT_SCHEMA))
     for other in frames[1:]:
         frame = frame.unionByName(other)
-    return Loaded(frame, rows, len(inputs.jsonl) + len(inputs.parquet))
+    return Loaded(frame, rows, len(inputs.jsonl) + len(inputs.parquet), truncated)

@@ -10,8 +10,11 @@ A trace is judged whole or not at all. If any of its lines is bad (not JSON, unk
 sequence gap or repeat, a second header, no header, an unsupported version, a command the model rejects), every row
 of the trace goes to the quarantine: the bad row with its own reason, the others with ``trace_quarantined`` and the
 first bad row's position. A half-checked trace would give a verdict about a different run. Rows without a usable
-trace id (blank, not UTF-8, not JSON) are quarantined one by one. So every input row ends in exactly one place:
-input rows = rows of checked traces + quarantined rows, which the job asserts against a count taken outside it.
+trace id (blank, not UTF-8, not JSON, too long or too deep) are quarantined one by one; a file that ends in a line
+cut short is quarantined whole, as replay rejects it whole. Every reason is the codec's own message, word for word
+what ``kpurgatory replay`` says about the same line. A crash of kpurgatory's own on some trace quarantines that
+trace (``validator_crashed``) and the job goes on. So every input row ends in exactly one place: input rows = rows of
+checked traces + quarantined rows, which the job asserts against a count taken outside it.
 
 Outputs in ``--out``: ``verdicts.parquet`` (one row per checked trace), ``quarantine.parquet`` (one row per rejected
 input row, with file and line), ``failing/<trace>.jsonl`` (each failing trace as a standalone file that
@@ -41,6 +44,7 @@ from kpurgatory.conformance.check.compare import LEVELS, Difference
 from kpurgatory.conformance.traces.replay import format_command, format_observation, replay
 from kpurgatory.conformance.spark import corpus
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
+from kpurgatory.conformance.traces import codec
 from kpurgatory.conformance.traces.codec import Header, Trace, dumps, parse_line
 from kpurgatory.model import CommandError
 from kpurgatory.model.contract import Violation
@@ -78,8 +82,14 @@ class Rejected(ValueError):
         self.kind = kind
 
 
-def schema_kind(message: str) -> str:
-    """The reason category of a codec error message (`trace.parse_line` names the field at fault)."""
+def reason_kind(message: str) -> str:
+    """The reason category of a codec error message (`codec.decode_line` says what is wrong with a line,
+    `codec.parse_line` names the field at fault)."""
+    for prefix, kind in ((codec.TRUNCATED, "truncated"), (codec.EMPTY_INPUT, "empty_input"),
+                         (codec.BLANK_LINE, "blank_line"), ("not JSON", "not_json"), ("not UTF-8", "not_utf8"),
+                         ("line longer than", "too_long"), ("arrays and objects nested deeper", "too_deep")):
+        if message.startswith(prefix):
+            return kind
     if message.startswith("cmd must be one of"):
         return "unknown_command"
     if " must contain [" in message:
@@ -89,26 +99,21 @@ def schema_kind(message: str) -> str:
     return "bad_field"
 
 
-def decode(row: dict) -> Header | tuple[str, object]:
-    """An input row -> what `parse_line` makes of it; Rejected says why not."""
-    if row["problem"]:
-        raise Rejected("not_utf8", row["problem"])
-    if row["text"] is not None:
-        if not row["text"].strip():
-            raise Rejected("blank_line", "blank line")
-        try:
-            document = json.loads(row["text"])
-        except ValueError as error:
-            raise Rejected("not_json", f"not JSON: {error}") from None
-    else:
-        try:
-            document = corpus.row_document(row)
-        except ValueError as error:
-            raise Rejected("not_json", str(error)) from None
+def decode(row: dict, truncated: dict[str, tuple[int, str]]) -> Header | tuple[str, object]:
+    """An input row -> what `parse_line` makes of it; Rejected says why not. ``truncated``: `corpus.Loaded`'s files
+    that end in a line cut short, which replay rejects whole."""
     try:
+        if cut := truncated.get(row["source"]):
+            line, reason = cut
+            if row["line"] != line:
+                raise ValueError(f"{codec.TRUNCATED} at line {line}: the rest of the file may be lost")
+            raise ValueError(reason)
+        if row["problem"]:
+            raise ValueError(row["problem"])
+        document = codec.decode_text(row["text"]) if row["text"] is not None else corpus.row_document(row)
         return parse_line(document)
     except ValueError as error:
-        raise Rejected(schema_kind(str(error)), str(error)) from None
+        raise Rejected(reason_kind(str(error)), str(error)) from None
 
 
 def raw_text(row: dict) -> str:
@@ -183,12 +188,12 @@ def verdict(rows: list[dict], trace: Trace, level: str) -> list[dict]:
     return [result]
 
 
-def check_trace(rows: list[dict], level: str) -> list[dict]:
+def check_trace(rows: list[dict], level: str, truncated: dict[str, tuple[int, str]]) -> list[dict]:
     """All rows of one trace id, sorted by seq -> its verdict row, or its quarantine rows."""
     parsed, bad = [], {}
     for index, row in enumerate(rows):
         try:
-            item = decode(row)
+            item = decode(row, truncated)
             seq = 0 if isinstance(item, Header) else item[1].seq
             if type(seq) is not int or seq != row["seq"]:  # rows were sorted by the integer seq the reader saw
                 raise Rejected("bad_field", f"seq must be an integer, got {seq!r}")
@@ -204,35 +209,46 @@ def check_trace(rows: list[dict], level: str) -> list[dict]:
     return verdict(rows, Trace(parsed[0], [step for _, step in parsed[1:]]), level)
 
 
-def lone_row(row: dict) -> dict:
+def lone_row(row: dict, truncated: dict[str, tuple[int, str]]) -> dict:
     """A row without a string trace id, quarantined alone: decoding it says why (a valid line has one)."""
     try:
-        decode(row)
+        decode(row, truncated)
         rejection = Rejected("bad_field", "trace: not readable as a string id")
     except Rejected as error:
         rejection = error
     return quarantine(row, rejection.kind, str(rejection))
 
 
-def validate_batches(batches: Iterable[pa.RecordBatch], level: str) -> Iterator[pa.RecordBatch]:
+def judged(rows: list[dict], level: str, truncated: dict[str, tuple[int, str]]) -> list[dict]:
+    """`check_trace`, or `lone_row` for a row without a trace id. A crash of kpurgatory's own on some row
+    quarantines that row's trace, naming the crash, and the job goes on with the rest of the corpus."""
+    try:
+        return check_trace(rows, level, truncated) if rows[0]["trace"] is not None else [lone_row(rows[0], truncated)]
+    except Exception as error:
+        return quarantine_trace(rows, {0: Rejected("validator_crashed", f"{type(error).__name__}: {error}")})
+
+
+def validate_batches(batches: Iterable[pa.RecordBatch], level: str,
+                     truncated: dict[str, tuple[int, str]] | None = None) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: input rows sorted by trace then seq -> result rows. Rows without a trace id are judged alone;
-    the others are collected per trace, carried across batch boundaries."""
+    the others are collected per trace, carried across batch boundaries. ``truncated`` as in `decode`."""
+    truncated = truncated or {}
     group: list[dict] = []
     results: list[dict] = []
     for batch in batches:
         for row in batch.to_pylist():
             if row["trace"] is None:
-                results.append(lone_row(row))
+                results += judged([row], level, truncated)
                 continue
             if group and row["trace"] != group[0]["trace"]:
-                results += check_trace(group, level)
+                results += judged(group, level, truncated)
                 group = []
             group.append(row)
         if len(results) >= corpus.BATCH_ROWS:
             yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
             results = []
     if group:
-        results += check_trace(group, level)
+        results += judged(group, level, truncated)
     if results:
         yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
 
@@ -292,8 +308,9 @@ def run_validation(session, paths, out: Path, level: str = "exact", split_bytes:
 
     started = time.perf_counter()
     loaded = corpus.load(session, corpus.discover(paths), split_bytes)
+    validator = functools.partial(validate_batches, level=level, truncated=loaded.truncated)
     results = (loaded.frame.repartition("trace").sortWithinPartitions("trace", "seq", "source", "line")
-               .mapInArrow(functools.partial(validate_batches, level=level), corpus.spark_schema(RESULT_SCHEMA))
+               .mapInArrow(validator, corpus.spark_schema(RESULT_SCHEMA))
                .persist(StorageLevel.DISK_ONLY))
     try:
         out.mkdir(parents=True, exist_ok=True)
@@ -367,6 +384,7 @@ def validate_command(inputs, out, level, master, conf):
 
     Exits 0 when every trace passes and no row is quarantined, 1 when a trace fails, 2 when rows were quarantined
     but nothing failed."""
+    corpus.discover(inputs)  # no input files is a usage error, said before a JVM starts
     session = get_session(master, parse_conf(conf), "kpurgatory validate-traces")
     summary = run_validation(session, inputs, out, level)
     console = Console()

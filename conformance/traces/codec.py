@@ -8,6 +8,13 @@ A step line is a protocol request (cmd, args) merged with its response (result, 
 subprocess protocol, the Spark pipeline and z3 counterexamples share one codec: this module. Every line is checked
 against specs/kpurgatory.schema.json; a bad line is reported with its file, line number and the field at fault.
 
+Reading is the same for every reader (replay, validate-traces, check-history, the adapter harness), since traces and
+adapter output are untrusted: `split_lines` cuts at ``\n`` only (a raw U+2028 inside a string is content, not a line
+break; a ``\r`` before the ``\n`` is dropped), and `decode_line` turns one line into JSON within the limits
+(`MAX_LINE_BYTES`, `MAX_DEPTH`), with JSON integers only: ``1.0`` or ``1e3`` where the schema asks for an integer is
+rejected naming the field, like any other wrong type. An empty input, a blank line and a last line cut short (no
+newline, and not JSON) are input errors with one wording everywhere.
+
 A *concurrent history* is a trace too: its header says how many ``threads`` ran at once, and each step carries its
 `Timing` (the thread, the logical times of invocation and return, and the failure if the system raised). Its steps
 are numbered in order of invocation; they cannot be replayed one after the other, only checked
@@ -19,6 +26,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 import json
+import re
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -32,6 +40,14 @@ from kpurgatory.model import vocabulary as v
 FORMAT = "kpurgatory-trace"
 VERSION = 1
 
+#: the longest line any reader accepts (a wheel read-out of a large run is the biggest legitimate one)
+MAX_LINE_BYTES = 16 * 2**20
+#: the deepest nesting of arrays and objects accepted; a trace line needs 4 (events in a wheel read-out)
+MAX_DEPTH = 64
+EMPTY_INPUT = "empty input: a trace starts with its header line"
+BLANK_LINE = "blank line"
+TRUNCATED = "the input ends in a truncated line (no newline after it)"
+
 
 class TraceFormatError(ValueError):
     """Input that is not a valid trace; the message names where (file:line) and what (the field)."""
@@ -39,6 +55,90 @@ class TraceFormatError(ValueError):
     def __init__(self, message: str, source: str = "<trace>", line: int | None = None):
         self.source, self.line, self.reason = source, line, message
         super().__init__(f"{source}:{line}: {message}" if line is not None else f"{source}: {message}")
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Lines -> JSON, within the limits
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Fractional(float):
+    """A JSON number written with a fraction or an exponent. The schema's "integer" accepts a float that is whole
+    (``1.0``) and a const or enum compares it with ``==``; the protocol wants JSON integers, so this one never
+    claims to be whole and equals only itself."""
+
+    def is_integer(self) -> bool:
+        return False
+
+    def __eq__(self, other: object) -> bool:
+        return self is other
+
+    __hash__ = float.__hash__
+
+
+def no_constant(name: str) -> None:
+    raise ValueError(f"not JSON: {name} is not a JSON value")
+
+
+STRING = re.compile(r'"(?:[^"\\]++|\\.)*+"')
+BRACKET = re.compile(r"[\[\]{}]")
+
+
+def too_deep(text: str) -> bool:
+    """Arrays and objects nest deeper than `MAX_DEPTH` in this JSON text (brackets inside strings do not count).
+    Checked before parsing: Python's parser recurses, and a line of 100,000 ``[`` would exhaust its stack."""
+    if text.count("[") + text.count("{") <= MAX_DEPTH:  # the common case, at C speed
+        return False
+    depth = 0
+    for bracket in BRACKET.findall(STRING.sub("", text)):
+        depth += 1 if bracket in "[{" else -1
+        if depth > MAX_DEPTH:
+            return True
+    return False
+
+
+def decode_text(text: str) -> object:
+    """One line (without its newline) -> its JSON value; ValueError says what is wrong with it."""
+    if len(text) * 4 > MAX_LINE_BYTES and len(text.encode()) > MAX_LINE_BYTES:
+        raise ValueError(f"line longer than {MAX_LINE_BYTES:,} bytes")
+    if not text.strip():
+        raise ValueError(BLANK_LINE)
+    if too_deep(text):
+        raise ValueError(f"arrays and objects nested deeper than {MAX_DEPTH} levels")
+    try:
+        return json.loads(text, parse_float=Fractional, parse_constant=no_constant)
+    except json.JSONDecodeError as error:
+        raise ValueError(f"not JSON: {error.msg} at column {error.colno}") from None
+    except ValueError as error:  # an integer with more digits than Python converts
+        raise ValueError(str(error) if str(error).startswith("not JSON") else f"not JSON: {error}") from None
+
+
+def decode_line(raw: bytes) -> object:
+    """`decode_text` for a line of bytes, which must be UTF-8."""
+    if len(raw) > MAX_LINE_BYTES:
+        raise ValueError(f"line longer than {MAX_LINE_BYTES:,} bytes")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"not UTF-8: byte {error.start + 1} ({raw[error.start:error.start + 1]!r})") from None
+    return decode_text(text)
+
+
+def split_lines(data: bytes) -> tuple[list[bytes], bool]:
+    """JSON Lines -> its lines (without ``\n`` or ``\r\n``), and whether the last one lacks its newline."""
+    lines = data.split(b"\n")
+    unterminated = lines[-1] != b""
+    if not unterminated:
+        lines.pop()
+    return [line.removesuffix(b"\r") for line in lines], unterminated
+
+
+def decode_last(raw: bytes) -> object:
+    """`decode_line` for a last line without its newline: one that is not JSON was cut short."""
+    try:
+        return decode_line(raw)
+    except ValueError as error:
+        raise ValueError(f"{TRUNCATED}: {error}") from None
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -234,18 +334,17 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
     return document["trace"], step
 
 
-def loads(text: str, source: str = "<trace>") -> list[Trace]:
-    """All traces in a JSON Lines text, in order of first appearance. Each must start with its header (seq 0) and
+def loads(data: str | bytes, source: str = "<trace>") -> list[Trace]:
+    """All traces in a JSON Lines input, in order of first appearance. Each must start with its header (seq 0) and
     number its steps 1, 2, 3, ... without gaps or repeats; commands must make sense for the model."""
+    lines, unterminated = split_lines(data.encode() if isinstance(data, str) else data)
+    if not lines:
+        raise TraceFormatError(EMPTY_INPUT, source)
     headers: dict[str, Header] = {}
     steps: dict[str, list[Step]] = {}
-    for number, raw in enumerate(text.splitlines(), start=1):
-        if not raw.strip():
-            continue
+    for number, raw in enumerate(lines, start=1):
         try:
-            parsed = parse_line(json.loads(raw))
-        except json.JSONDecodeError as error:
-            raise TraceFormatError(f"not JSON: {error.msg} at column {error.colno}", source, number) from None
+            parsed = parse_line(decode_last(raw) if unterminated and number == len(lines) else decode_line(raw))
         except ValueError as error:
             raise TraceFormatError(str(error), source, number) from None
         if isinstance(parsed, Header):
@@ -267,18 +366,16 @@ def loads(text: str, source: str = "<trace>") -> list[Trace]:
         if step.seq != expected:
             raise TraceFormatError(f"trace {trace_id!r}: seq {step.seq} where {expected} was expected", source, number)
         steps[trace_id].append(step)
-    if not headers:
-        raise TraceFormatError("no trace header found", source)
     return [Trace(headers[trace_id], steps[trace_id]) for trace_id in headers]
 
 
 def read_traces(path: str | Path) -> list[Trace]:
     path = Path(path)
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as error:
+        data = path.read_bytes()
+    except OSError as error:
         raise TraceFormatError(f"cannot read: {error}", str(path)) from None
-    return loads(text, str(path))
+    return loads(data, str(path))
 
 
 # ---------------------------------------------------------------------------------------------------------------

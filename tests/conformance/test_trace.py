@@ -58,8 +58,13 @@ def test_unsupported_version_is_rejected():
 
 
 def test_an_empty_input_has_no_trace():
-    with pytest.raises(TraceFormatError, match="no trace header"):
-        loads("\n\n", "empty.jsonl")
+    with pytest.raises(TraceFormatError, match="^empty.jsonl: empty input"):
+        loads("", "empty.jsonl")
+
+
+def test_a_blank_line_is_rejected():
+    with pytest.raises(TraceFormatError, match="^blank.jsonl:1: blank line"):
+        loads("\n\n", "blank.jsonl")
 
 
 def test_params_outside_the_models_domain_are_rejected_with_the_line():
