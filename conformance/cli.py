@@ -2,13 +2,28 @@
 
 Subcommands live next to the code they drive and are imported only when invoked, so `kpurgatory replay` does not
 pay for z3 or PySpark. Register a subcommand by adding "name": "module:attribute" to SUBCOMMANDS.
+
+Every command exits with one of `EXIT_CODES`; `LazyGroup.main` makes that true of the ways out a command does not
+choose itself: a usage error, an interruption (SIGINT or SIGTERM, turned into an orderly exit so that adapters and
+their process groups are killed on the way out) and a crash of kpurgatory's own.
 """
 
 from __future__ import annotations
 
 import importlib
+import signal
+import sys
+import traceback
 
 import click
+
+from kpurgatory.conformance.terminal import safe
+
+EXIT_CODES = {0: "pass", 1: "the implementation failed (a divergence, a broken contract or a failing trace)",
+              2: "bad input or usage (a malformed trace, a wrong option)",
+              3: "the tool or the adapter broke (an adapter crash or hang, an unwritable output, an interruption, "
+                 "a bug in kpurgatory)"}
+EXIT_CODES_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + "."
 
 SUBCOMMANDS: dict[str, str] = {
     "bench": "kpurgatory.conformance.tools.bench:bench_command",
@@ -26,8 +41,36 @@ SUBCOMMANDS: dict[str, str] = {
 }
 
 
+class Interrupted(BaseException):
+    """SIGTERM, raised in the main thread so that every ``finally`` and ``atexit`` cleanup runs."""
+
+
+def interrupt(signum: int, frame: object) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
 class LazyGroup(click.Group):
-    """A click group whose subcommands are imported on first use (the pattern from click's documentation)."""
+    """A click group whose subcommands are imported on first use (the pattern from click's documentation), and
+    whose exits follow `EXIT_CODES`."""
+
+    def main(self, *args, **kwargs):
+        kwargs.pop("standalone_mode", None)
+        previous = signal.signal(signal.SIGTERM, interrupt)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.ClickException as error:  # usage and bad input; a subclass may say the tool cannot run (3)
+            error.show()
+            sys.exit(2 if error.exit_code == 1 else error.exit_code)
+        except (click.Abort, KeyboardInterrupt, Interrupted) as error:
+            click.echo(f"interrupted ({safe(str(error)) or 'SIGINT'}): stopped, adapters killed", err=True)
+            sys.exit(3)
+        except Exception:
+            click.echo(safe(traceback.format_exc()), err=True, nl=False)
+            click.echo("kpurgatory crashed: this is a bug in kpurgatory, not in the implementation", err=True)
+            sys.exit(3)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+        sys.exit(code if isinstance(code, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted(SUBCOMMANDS)
@@ -37,11 +80,16 @@ class LazyGroup(click.Group):
         if target is None:
             return None
         module_name, attribute = target.split(":")
-        return getattr(importlib.import_module(module_name), attribute)
+        command = getattr(importlib.import_module(module_name), attribute)
+        command.epilog = EXIT_CODES_HELP
+        return command
 
 
 @click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="kpurgatory")
 def main() -> None:
     """kpurgatory: a reference model of Kafka's purgatory and timing wheel, and a conformance suite for
-    implementations of them."""
+    implementations of them.
+
+    Exit codes: 0 pass; 1 the implementation failed; 2 bad input or usage; 3 the tool or the adapter broke
+    (adapter crash or hang, unwritable output, interrupted, a bug in kpurgatory)."""

@@ -3,21 +3,29 @@ specs/protocol.md (``--adapter "COMMAND ..."``).
 
 The harness must outlive whatever the adapter does, so every way the channel can break ends in one `AdapterError`
 subclass whose message says which way, where, and what the adapter last said on stderr: the process exited
-(`AdapterCrashed`, with its exit code), did not answer in time (`AdapterTimedOut`, then it is killed), wrote a line
-that is not JSON (`AdapterGarbage`), wrote JSON that breaks the protocol (`ProtocolViolation`: schema, seq echo,
-lifecycle), or said it could not execute a request (`AdapterFailed`, the protocol's ``failure`` response). After any
-of them the system is dead: the process group is killed and every later call raises the same error.
+(`AdapterCrashed`, with its exit code, even when a process it started still holds its stdout), did not answer in
+time (`AdapterTimedOut`, then it is killed), wrote a line that is not JSON within the codec's limits
+(`AdapterGarbage`: `codec.decode_line`, the reader every trace goes through), wrote JSON that breaks the protocol
+(`ProtocolViolation`: schema, seq echo, lifecycle), or said it could not execute a request (`AdapterFailed`, the
+protocol's ``failure`` response). After any of them the system is dead: the process group is killed and every later
+call raises the same error.
+
+The harness owns the adapter's whole process tree: the adapter starts in a new session, so it and everything it
+forks share one process group, and that group is killed on every way out — `close` after a normal end, any break,
+and the harness's own exit (an ``atexit`` hook; ``kpurgatory`` turns SIGTERM and SIGINT into an orderly exit that
+runs it). A descendant that starts a session of its own leaves the group and is beyond reach.
 
 Stdout is read line by line by a thread that hands each response to the request whose seq it echoes, so a
 per-request timeout is a bounded ``queue.get`` and several threads may wait at once: an adapter whose hello lists the
 ``concurrent`` feature is called from many threads (`kpurgatory check --threads`). A line that answers no outstanding
 request goes to the oldest one, whose decoding then says what is wrong with it. stderr is drained by another thread
-into a bounded tail, so a chatty adapter can never block on a full pipe.
+into a tail of at most `STDERR_TAIL_BYTES` (read in chunks, never by line: one endless line must not grow memory),
+so a chatty adapter can never block on a full pipe.
 """
 
 from __future__ import annotations
 
-import collections
+import atexit
 import json
 import os
 import queue
@@ -25,18 +33,25 @@ import shlex
 import signal
 import subprocess
 import threading
+import time
+import weakref
 from typing import ClassVar
 
 from kpurgatory.conformance.adapters.sut import Hello
-from kpurgatory.conformance.traces.codec import command_to_json, observation_from_json, params_to_json, validate
+from kpurgatory.conformance.traces.codec import (MAX_LINE_BYTES, command_to_json, decode_line, observation_from_json,
+                                                 params_to_json, validate)
 from kpurgatory.model import vocabulary as v
 
 PROTOCOL_VERSION = 1
-#: longest response line accepted (a wheel read-out of a large run is the biggest legitimate one)
-MAX_LINE_BYTES = 16 * 2**20
 STDERR_TAIL_LINES = 20
+STDERR_TAIL_BYTES = 8192
 #: how long a process that closed stdout, or was asked to stop, gets to exit before it is killed
 EXIT_GRACE_S = 2.0
+#: how often a waiting request looks whether the adapter is still alive
+POLL_S = 0.05
+
+#: every adapter process still running, killed with its group if the harness exits without closing it
+LIVE: weakref.WeakSet[SubprocessSystem] = weakref.WeakSet()
 
 
 class AdapterError(Exception):
@@ -75,7 +90,7 @@ class AdapterFailed(AdapterError):
 def echoed_seq(line: bytes) -> object:
     """The seq a response line echoes, if it is a JSON object with one (the line is validated later, in full)."""
     try:
-        document = json.loads(line)
+        document = decode_line(line.removesuffix(b"\n").removesuffix(b"\r"))
     except ValueError:
         return None
     seq = document.get("seq") if isinstance(document, dict) else None
@@ -98,12 +113,13 @@ class SubprocessSystem:
         #: the reader only ``routing``, so a full stdin pipe can never stop responses from being read
         self.waiting: dict[int, queue.Queue[bytes | None]] = {}
         self.sending, self.routing = threading.Lock(), threading.Lock()
-        self.stderr_tail: collections.deque[str] = collections.deque(maxlen=STDERR_TAIL_LINES)
+        self.stderr_tail = b""
         try:
             self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                             stderr=subprocess.PIPE, start_new_session=True)
         except (OSError, ValueError) as error:
             raise AdapterCrashed(f"cannot start {command!r}: {error}") from None
+        LIVE.add(self)
         self.readers = [threading.Thread(target=self._read_stdout, daemon=True),
                         threading.Thread(target=self._read_stderr, daemon=True)]
         for reader in self.readers:
@@ -129,13 +145,15 @@ class SubprocessSystem:
         return observation_from_json(self.request(command.name, command_to_json(command)["args"]))
 
     def close(self) -> None:
-        """End of input asks the adapter to exit; one that does not within the grace period is killed."""
+        """End of input asks the adapter to exit; one that does not within the grace period is killed. Whatever it
+        started is killed with it, whether it exited or not."""
         if self.process.poll() is None:
             try:
                 self.process.stdin.close()
                 self.process.wait(EXIT_GRACE_S)
             except (OSError, subprocess.TimeoutExpired):
-                self._kill()
+                pass
+        self._kill()
         for reader in self.readers:
             reader.join(EXIT_GRACE_S)
 
@@ -167,24 +185,39 @@ class SubprocessSystem:
                 sent = False
         if not sent:
             raise self._crashed(what)
-        try:
-            line = answer.get(timeout=self.timeout)
-        except queue.Empty:
-            raise self._break(AdapterTimedOut(f"no response to {what} within {self.timeout:g} s; killed it",
-                                              self._stderr())) from None
+        line = self._await(answer, what)
         if line is None:
             raise self._crashed(what)
         return self._decode(line, seq, what)
 
+    def _await(self, answer: queue.Queue[bytes | None], what: str) -> bytes | None:
+        """The response line; None when the adapter exited without giving it (even if a process it started still
+        holds its stdout open, so no end of file comes)."""
+        deadline = time.monotonic() + self.timeout
+        exited_at = None
+        while (left := deadline - time.monotonic()) > 0:
+            try:
+                return answer.get(timeout=min(POLL_S, left))
+            except queue.Empty:
+                pass
+            if self.broken is not None:
+                raise self.broken
+            if self.process.poll() is not None:
+                exited_at = exited_at or time.monotonic()
+                if time.monotonic() - exited_at > EXIT_GRACE_S / 4:  # what it wrote before exiting has been read
+                    return None
+        killed = self._kill()
+        raise self._break(AdapterTimedOut(f"no response to {what} within {self.timeout:g} s; "
+                                          + ("killed its process group" if killed else "it had already exited"),
+                                          self._stderr()))
+
     def _decode(self, line: bytes, seq: int, what: str) -> dict:
-        if not line.endswith(b"\n") and len(line) > MAX_LINE_BYTES:
-            raise self._break(AdapterGarbage(f"a line longer than {MAX_LINE_BYTES} bytes in answer to {what}"))
         text = line.decode("utf-8", errors="replace").rstrip("\r\n")
         try:
-            response = json.loads(text)
-        except json.JSONDecodeError as error:
-            raise self._break(AdapterGarbage(f"in answer to {what}, a line that is not JSON ({error.msg}): "
-                                             f"{shorten(text)!r}", self._stderr())) from None
+            response = decode_line(line.removesuffix(b"\n").removesuffix(b"\r"))
+        except ValueError as error:
+            raise self._break(AdapterGarbage(f"in answer to {what}, {error}: {shorten(text)!r}",
+                                             self._stderr())) from None
         try:
             validate("response", response)
         except ValueError as error:
@@ -204,7 +237,7 @@ class SubprocessSystem:
         except subprocess.TimeoutExpired:
             return self._break(ProtocolViolation(f"closed its stdout before answering {what} but kept running",
                                                  self._stderr()))
-        self.readers[1].join(EXIT_GRACE_S)  # let the stderr tail catch up with the exit
+        self.readers[1].join(EXIT_GRACE_S / 4)  # let the stderr tail catch up with the exit
         return self._break(AdapterCrashed(f"exited with code {code} before answering {what}", self._stderr()))
 
     def _break(self, error: AdapterError) -> AdapterError:
@@ -214,19 +247,25 @@ class SubprocessSystem:
         self._kill()
         return self.broken
 
-    def _kill(self) -> None:
-        if self.process.poll() is None:
+    def _kill(self) -> bool:
+        """Kill the adapter's process group (the adapter and whatever it started); whether the adapter itself was
+        still running."""
+        running = self.process.poll() is None
+        if self in LIVE:  # once: afterwards the group is empty and its id may be reused
+            LIVE.discard(self)
             try:
-                os.killpg(self.process.pid, signal.SIGKILL)  # the adapter and whatever it started
-            except ProcessLookupError:
+                os.killpg(self.process.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):  # the group is empty (PermissionError: macOS says so)
                 pass
-            self.process.wait()
+        self.process.wait()
+        return running
 
     def _stderr(self) -> str:
-        return "\n".join(self.stderr_tail)
+        lines = self.stderr_tail.decode("utf-8", errors="replace").splitlines()[-STDERR_TAIL_LINES:]
+        return "\n".join(line.rstrip() for line in lines)
 
     def _read_stdout(self) -> None:
-        while line := self.process.stdout.readline(MAX_LINE_BYTES + 1):
+        while line := self.process.stdout.readline(MAX_LINE_BYTES + 2):  # the line, \r and \n
             with self.routing:
                 seq = echoed_seq(line)
                 if seq not in self.waiting and self.waiting:
@@ -243,5 +282,12 @@ class SubprocessSystem:
             answer.put(None)
 
     def _read_stderr(self) -> None:
-        for line in self.process.stderr:
-            self.stderr_tail.append(line.decode("utf-8", errors="replace").rstrip())
+        while chunk := self.process.stderr.read1(STDERR_TAIL_BYTES):
+            self.stderr_tail = (self.stderr_tail + chunk)[-STDERR_TAIL_BYTES:]
+
+
+@atexit.register
+def kill_live_adapters() -> None:
+    """The harness is exiting: no adapter, nor anything it started, outlives it."""
+    for system in list(LIVE):
+        system._kill()

@@ -64,6 +64,7 @@ from rich.table import Table
 
 from kpurgatory.conformance.traces.replay import format_command, format_observation
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.terminal import markup, safe
 from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, TraceFormatError, read_traces, write_traces
 from kpurgatory.model import vocabulary as v
 
@@ -583,7 +584,7 @@ def history_table(history: Trace, violations: tuple[Violation, ...], context: in
     named = {seq for violation in violations for seq in violation.seqs}
     shown = [step for step in history.steps if context is None or
              any(abs(step.seq - seq) <= context for seq in named)]
-    table = Table(title=f"history {history.trace_id} ({history.header.threads} threads; logical times)")
+    table = Table(title=f"history {markup(history.trace_id)} ({history.header.threads} threads; logical times)")
     for column in ("seq", "thread", "invoked", "returned", "command", "observation", ""):
         table.add_column(column, overflow="fold")
     previous = 0
@@ -662,10 +663,10 @@ def check_history_command(histories, all_steps):
     try:
         loaded = [trace for path in histories for trace in read_traces(path)]
     except TraceFormatError as error:
-        click.echo(f"Error: {error}", err=True)
+        click.echo(f"Error: {safe(error)}", err=True)
         sys.exit(2)
     if sequential := [trace.trace_id for trace in loaded if trace.header.threads is None]:
-        click.echo(f"Error: {', '.join(sequential)}: not a concurrent history (no threads in the header); replay "
+        click.echo(f"Error: {safe(', '.join(sequential))}: not a concurrent history (no threads in the header); replay "
                    f"it with `kpurgatory replay`", err=True)
         sys.exit(2)
     console = Console()
@@ -673,7 +674,8 @@ def check_history_command(histories, all_steps):
     for trace in loaded:
         violations = tuple(check_history(trace))
         verdict = "[green]pass[/]" if not violations else f"[bold red]FAIL[/] ({len(violations)} violations)"
-        console.print(f"{trace.trace_id}: {len(trace.steps)} calls on {trace.header.threads} threads: {verdict}")
+        console.print(f"{markup(trace.trace_id)}: {len(trace.steps)} calls on {trace.header.threads} threads: "
+                      f"{verdict}")
         if violations:
             failed += 1
             console.print(violations_table(violations))

@@ -39,6 +39,7 @@ from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.check.machine import Abort, Session, Stop, machine_class
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.terminal import markup, safe
 from kpurgatory.conformance.traces.codec import Header, Trace, write_traces
 from kpurgatory.model import vocabulary as v
 
@@ -198,7 +199,7 @@ def write_junit(path: Path, results: list[CheckResult]) -> None:
 
 def summary_table(results: list[CheckResult]) -> Table:
     first = results[0]
-    table = Table(title=f"{first.implementation} against the model (level {first.level}, seed {first.seed})",
+    table = Table(title=f"{markup(first.implementation)} against the model (level {first.level}, seed {first.seed})",
                   caption="states: distinct shapes of the model's state visited; coverage: items reached")
     for column in ("profile", "verdict", "examples", "steps", "states", "coverage", "time"):
         table.add_column(column, justify="left" if column in ("profile", "verdict") else "right", no_wrap=True)
@@ -239,7 +240,7 @@ def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, ju
         try:
             features = introduce(factory).features
         except AdapterError as error:
-            click.echo(f"FAIL hello: system failed: {error}")
+            click.echo(f"FAIL hello: system failed: {safe(error)}")
             sys.exit(1)
         if "concurrent" not in features:
             raise click.UsageError("--threads calls the adapter from several threads at once; it must list the "
@@ -288,7 +289,7 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
 
     def plain(text: str) -> None:
         """Paths and commands: never wrapped or styled, so they can be copied."""
-        console.print(text, markup=False, highlight=False, soft_wrap=True)
+        console.print(safe(text), markup=False, highlight=False, soft_wrap=True)
 
     impl = None if adapter else impl or BUILTIN
     if threads > 1:
@@ -300,10 +301,10 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
         plain(f"FAIL hello: system failed: {error}")
         sys.exit(1)
     if profile and profile not in hello.profiles:
-        raise click.UsageError(f"{hello.implementation} implements {', '.join(hello.profiles)}, not {profile}")
+        raise click.UsageError(f"{safe(hello.implementation)} implements {', '.join(hello.profiles)}, not {profile}")
     profiles = [profile] if profile else [p for p in v.PROFILES if p in hello.profiles]
     seed = random.randrange(2**32) if seed is None else seed
-    console.print(f"checking {hello.implementation} ({', '.join(profiles)}; level {level}; "
+    console.print(f"checking {markup(hello.implementation)} ({', '.join(profiles)}; level {level}; "
                   f"{examples} examples of up to {steps} steps; seed {seed})")
     results = []
     for name in profiles:

@@ -23,6 +23,7 @@ from rich.text import Text
 
 from kpurgatory.conformance.check.compare import LEVELS, Difference, describe_events, exact_difference
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
+from kpurgatory.conformance.terminal import markup, safe
 from kpurgatory.conformance.traces.codec import Trace, TraceFormatError, command_to_json, read_traces
 from kpurgatory.model import CommandError, Model
 from kpurgatory.model import vocabulary as v
@@ -149,7 +150,7 @@ def format_observation(observation: v.Observation | None) -> str:
 
 def step_table(report: ReplayReport, window: int | None = 12) -> Table:
     """Model vs recording vs system for each step; ``window`` keeps only the steps before the first failure."""
-    table = Table(title=f"trace {report.trace.trace_id} ({report.trace.header.profile}, level {report.level})",
+    table = Table(title=f"trace {markup(report.trace.trace_id)} ({report.trace.header.profile}, level {report.level})",
                   show_lines=False, expand=False)
     table.add_column("seq", justify="right")
     table.add_column("command")
@@ -167,11 +168,11 @@ def step_table(report: ReplayReport, window: int | None = 12) -> Table:
                       "")
         outcomes = outcomes[-window:]
     for outcome in outcomes:
-        cells = [str(outcome.seq), format_command(outcome.command), format_observation(outcome.model)]
+        cells = [str(outcome.seq), markup(format_command(outcome.command)), markup(format_observation(outcome.model))]
         if has_recording:
-            cells.append(format_observation(outcome.recorded))
+            cells.append(markup(format_observation(outcome.recorded)))
         if has_system:
-            cells.append(format_observation(outcome.observed))
+            cells.append(markup(format_observation(outcome.observed)))
         mark = Text("✗", style="bold red") if outcome.failures else Text("✓", style="green")
         table.add_row(*cells, mark)
     return table
@@ -181,14 +182,15 @@ def print_report(console: Console, report: ReplayReport, window: int | None = 12
     console.print(step_table(report, window))
     failing = report.first_failure
     if report.error:
-        console.print(f"[bold red]FAIL[/] {report.trace.trace_id}: {report.error}")
+        console.print(f"[bold red]FAIL[/] {markup(report.trace.trace_id)}: {markup(report.error)}")
     elif failing is not None:
-        console.print(f"[bold red]FAIL[/] {report.trace.trace_id} at step {failing.seq} "
-                      f"({format_command(failing.command)}):")
+        console.print(f"[bold red]FAIL[/] {markup(report.trace.trace_id)} at step {failing.seq} "
+                      f"({markup(format_command(failing.command))}):")
         for failure in failing.failures:
-            console.print(f"  - {failure}")
+            console.print(f"  - {markup(failure)}")
     else:
-        console.print(f"[green]PASS[/] {report.trace.trace_id}: {len(report.outcomes)} steps agree with the model")
+        console.print(f"[green]PASS[/] {markup(report.trace.trace_id)}: {len(report.outcomes)} steps agree with the "
+                      f"model")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -265,10 +267,10 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps):
     try:
         loaded = [trace for path in traces for trace in read_traces(path)]
     except TraceFormatError as error:
-        click.echo(f"Error: {error}", err=True)
+        click.echo(f"Error: {safe(error)}", err=True)
         sys.exit(2)
     if histories := [trace.trace_id for trace in loaded if trace.header.threads is not None]:
-        click.echo(f"Error: {', '.join(histories)}: {CONCURRENT_HISTORY}", err=True)
+        click.echo(f"Error: {safe(', '.join(histories))}: {CONCURRENT_HISTORY}", err=True)
         sys.exit(2)
     sys.exit(0 if run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12) else 1)
 
@@ -288,11 +290,12 @@ def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
     chosen = [trace for trace_id, trace in corpus.items() if (not only or trace_id in only) and trace_id not in skip]
     if list_only:
         for trace in chosen:
-            click.echo(f"{trace.trace_id}\t{trace.header.description or ''}")
+            click.echo(safe(f"{trace.trace_id}\t{trace.header.description or ''}"))
         return
     target = open_target(impl, adapter, timeout)
     console = Console()
-    summary = Table(title=f"scenario corpus against {'the model' if target is None else target.hello.implementation}")
+    summary = Table(title="scenario corpus against "
+                          + ("the model" if target is None else markup(target.hello.implementation)))
     summary.add_column("scenario", overflow="fold")
     for column in ("steps", "verdict", "first failure"):
         summary.add_column(column)
@@ -303,8 +306,8 @@ def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
                             features=target.hello.features if target else ())
             failing = report.first_failure
             detail = report.error or (f"step {failing.seq}: {failing.failures[0]}" if failing else "")
-            summary.add_row(trace.trace_id, str(len(trace.steps)),
-                            "[green]pass[/]" if report.ok else "[bold red]FAIL[/]", detail)
+            summary.add_row(markup(trace.trace_id), str(len(trace.steps)),
+                            "[green]pass[/]" if report.ok else "[bold red]FAIL[/]", markup(detail))
             failed += not report.ok
     finally:
         if target is not None:

@@ -1,14 +1,17 @@
 """A subprocess adapter over the reference model that misbehaves, in the way MODE names, on the request whose seq is
 AT (0 is hello, 1 is init, 2 the first command):
 
-    python misbehaving_adapter.py MODE AT
+    python misbehaving_adapter.py MODE AT [MARKER]
 
 crash: exit 3 after a line on stderr; hang: never answer; garbage: a line that is not JSON; wrong-seq: echo another
 seq; bad-event: an event the protocol does not know; failure: the protocol's failure response; ignore-eof: behave,
-but keep running after end of input.
+but keep running after end of input; deep: a reply of 100,000 nested arrays; stderr-flood: one endless stderr line
+(no newline) and no answer; fork-crash: fork a child that sleeps holding stdout, then exit 4; fork: fork such a
+child and go on behaving; fork-hang: fork such a child and hang. MARKER (ignored) lets a test find the adapter's processes in /proc.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -34,6 +37,17 @@ for line in sys.stdin:
             response["events"] = [{"event": "explode", "op": "o0"}]
         if mode == "failure":
             response = {"seq": request["seq"], "failure": "the implementation cannot do that"}
+        if mode == "deep":
+            response = "[" * 100_000 + "]" * 100_000
+        if mode == "stderr-flood":
+            while True:
+                sys.stderr.write("x" * 65536)
+        if mode.startswith("fork") and os.fork() == 0:
+            time.sleep(3600)
+        if mode == "fork-crash":
+            os._exit(4)
+        if mode == "fork-hang":
+            time.sleep(3600)
     print(response if isinstance(response, str) else json.dumps(response), flush=True)
 if mode == "ignore-eof":
     time.sleep(3600)

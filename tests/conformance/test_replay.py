@@ -1,5 +1,6 @@
 """Replaying traces: the corpus passes against the model; a wrong expectation fails naming the step."""
 
+import json
 import re
 
 import pytest
@@ -57,3 +58,24 @@ def test_scenarios_can_be_selected_and_skipped():
     assert result.exit_code == 0
     assert "testTaskExpiration" not in result.output
     assert runner.invoke(main, ["scenarios", "--only", "no.such.id"]).exit_code == 2
+
+
+def test_untrusted_text_reaches_the_terminal_escaped(tmp_path):
+    """A trace id and task name with Rich markup and terminal escapes: printed as visible text, never obeyed."""
+    from kpurgatory.conformance.terminal import markup, safe
+
+    evil = "ev[/]il\x1b[31mRED\x07"
+    header = {"trace": evil, "seq": 0, "header": {"format": "kpurgatory-trace", "version": 1, "profile": "timer",
+                                                 "params": {"tick_ms": 1, "wheel_size": 20, "start_ms": 0},
+                                                 "implementation": evil}}
+    steps = [{"trace": evil, "seq": 1, "cmd": "timer_add", "args": {"task": evil, "delay_ms": 8}, "result": None,
+              "events": []},
+             {"trace": evil, "seq": 2, "cmd": "advance", "args": {"to_ms": 10}, "result": None, "events": []}]
+    path = tmp_path / "evil.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in [header, *steps]))
+    result = CliRunner().invoke(main, ["replay", str(path)], color=True)
+    assert result.exit_code == 1, result.output  # the recording misses the expiry: a failure, not a crash
+    assert "\x1b[31mRED" not in result.output and "\x07" not in result.output
+    assert "FAIL ev[/]il\\x1b[31mRED\\x07" in result.output.replace("\x1b[1;31m", "").replace("\x1b[0m", "")
+    assert safe("a\x1b[2Jb\r\n\tc\x9b") == "a\\x1b[2Jb\\r\n\tc\\x9b"
+    assert markup("[/]") == "\\[/]"

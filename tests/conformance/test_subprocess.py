@@ -2,7 +2,10 @@
 protocol ends the check with a report of which, and its partial run replays to the same break."""
 
 import functools
+import signal
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -29,17 +32,32 @@ def test_the_model_served_over_the_protocol_passes():
 BREAKS = {  # mode: (kind, detail); the adapter misbehaves on request 4, the third command of the first run
     "crash": ("adapter crashed", "exited with code 3 before answering request 4"),
     "hang": ("adapter timed out", "no response to request 4"),
-    "garbage": ("adapter wrote garbage", "a line that is not JSON (Expecting value): 'this is not json'"),
+    "garbage": ("adapter wrote garbage", "not JSON: Expecting value at column 1: 'this is not json'"),
+    "deep": ("adapter wrote garbage", "arrays and objects nested deeper than 64 levels"),
+    "fork-crash": ("adapter crashed", "exited with code 4 before answering request 4"),
     "wrong-seq": ("protocol violation", "response seq 5 to request 4"),
     "bad-event": ("protocol violation", "response to request 4"),
     "failure": ("adapter reported a failure", "the implementation cannot do that"),
 }
 
 
+def processes_with(marker: str) -> list[int]:
+    """Live processes whose command line holds ``marker`` (zombies count as gone)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if marker.encode() in (entry / "cmdline").read_bytes() and \
+                    (entry / "stat").read_text().rsplit(")", 1)[1].split()[0] != "Z":
+                found.append(int(entry.name))
+        except (OSError, ValueError, IndexError):
+            continue
+    return found
+
+
 @pytest.mark.parametrize("mode", sorted(BREAKS))
 def test_a_broken_adapter_ends_the_check_saying_how_and_keeps_the_partial_run(mode, tmp_path):
     kind, detail = BREAKS[mode]
-    command = f"{MISBEHAVING} {mode} 4"
+    command = f"{MISBEHAVING} {mode} 4 {tmp_path}"
     timeout = 2.0 if mode == "hang" else 10.0  # long enough for the adapter to start on a busy machine
     result = run_check(functools.partial(SubprocessSystem, command, timeout=timeout), profile="timer", examples=5,
                        steps=10, seed=1, out_dir=tmp_path)
@@ -57,6 +75,25 @@ def test_a_broken_adapter_ends_the_check_saying_how_and_keeps_the_partial_run(mo
     finally:
         target.system.close()
     assert reproduced.error.startswith(f"step 3: system failed: {kind}: ")
+    assert processes_with(str(tmp_path)) == []  # the adapter and whatever it forked
+
+
+def test_a_forked_child_of_a_passing_adapter_does_not_outlive_the_run(tmp_path):
+    command = f"{MISBEHAVING} fork 0 {tmp_path}"
+    result = run_check(functools.partial(SubprocessSystem, command), profile="timer", examples=3, steps=5, seed=1)
+    assert result.passed, result.failure_summary
+    assert processes_with(str(tmp_path)) == []
+
+
+def test_an_endless_stderr_line_is_kept_as_a_bounded_tail(tmp_path):
+    system = SubprocessSystem(f"{MISBEHAVING} stderr-flood 0 {tmp_path}", timeout=1.5)
+    with pytest.raises(adapter_module.AdapterTimedOut) as caught:
+        system.hello()
+    system.close()
+    assert "killed its process group" in str(caught.value)
+    assert 0 < len(caught.value.stderr_tail) <= adapter_module.STDERR_TAIL_BYTES
+    assert set(caught.value.stderr_tail) == {"x"}
+    assert processes_with(str(tmp_path)) == []
 
 
 def test_an_adapter_that_breaks_on_hello_fails_the_check_without_a_trace():
@@ -86,3 +123,21 @@ def test_a_broken_adapter_stays_broken():
         system.hello()
     assert again.value is first.value and system.process.poll() is not None
     system.close()
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_to_the_harness_kills_a_hung_adapter_and_its_children(signum, tmp_path):
+    adapter = f"{MISBEHAVING} fork-hang 2 {tmp_path}"
+    harness = subprocess.Popen(
+        [sys.executable, "-c", "from kpurgatory.conformance.cli import main; main()", "check", "--adapter", adapter,
+         "--timeout", "600", "--profile", "timer", "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
+    deadline = time.monotonic() + 60
+    while len(processes_with(str(tmp_path))) < 2:  # the adapter and its forked child, hanging on request 2
+        assert time.monotonic() < deadline and harness.poll() is None, harness.communicate()
+        time.sleep(0.1)
+    harness.send_signal(signum)
+    _, stderr = harness.communicate(timeout=30)
+    assert harness.returncode == 3, stderr
+    assert b"interrupted" in stderr and b"Traceback" not in stderr
+    assert processes_with(str(tmp_path)) == []

@@ -47,12 +47,14 @@ CASES = {
     "deep": (lines(header("deep"), "[" * 100_000 + "]" * 100_000, step("deep", 2)), 2),
     "deep-in-a-field": (lines(header("deep-in-a-field"), step("deep-in-a-field", result=0).replace(
         '"result": 0', '"result": ' + "[" * 1000 + "]" * 1000), step("deep-in-a-field", 2)), 2),
-    "too-long": (lines(header("too-long"), step("too-long", args={"task": "a" * codec.MAX_LINE_BYTES, "delay_ms": 8}),
-                        step("too-long", 2)), 2),
-    "not-utf8": (lines(header("not-utf8")) + b'{"trace": "not-utf8", "seq": 1, \xff}\n' + lines(step("not-utf8", 2)), 2),
+    "too-long": (lines(header("too-long"), step("too-long", args={"task": "a" * codec.MAX_LINE_BYTES,
+                                                                  "delay_ms": 8}), step("too-long", 2)), 2),
+    "not-utf8": (lines(header("not-utf8")) + b'{"trace": "not-utf8", "seq": 1, \xff}\n' + lines(step("not-utf8", 2)),
+                 2),
     "not-json": (lines(header("not-json"), "{this is not json", step("not-json", 2)), 2),
     "huge-integer": (lines(header("huge-integer"), step("huge-integer").replace('"delay_ms": 8', '"delay_ms": '
-                                                                                 + "9" * 5000), step("huge-integer", 2)), 2),
+                                                                                 + "9" * 5000),
+                           step("huge-integer", 2)), 2),
     "u2028-in-a-string": (lines(header("u2028-in-a-string"), step("u2028-in-a-string", args={
         "task": "a\u2028b", "delay_ms": 8}).replace("\\u2028", "\u2028")), None),
     "crlf": (lines(header("crlf"), step("crlf")).replace(b"\n", b"\r\n"), None),

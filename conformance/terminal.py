@@ -1,0 +1,26 @@
+"""Untrusted text on its way to a terminal or to Rich markup.
+
+Trace ids, adapter names, an adapter's stderr and the messages built from them come from outside (traces are meant
+to be shared), so they never reach the terminal as they are: `safe` shows control characters — ANSI escape
+sequences, carriage returns, bells, and the C1 controls some terminals obey — as visible ``\\x1b``-style escapes,
+keeping only newlines and tabs; `markup` also escapes Rich's markup (``[bold]``, ``[/]``), for text inserted into a
+string that Rich parses.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rich.markup import escape
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def safe(text: object) -> str:
+    """``text`` with every control character but newline and tab shown as an escape."""
+    return CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def markup(text: object) -> str:
+    """`safe`, and escaped for Rich markup: the text prints as itself inside a markup string."""
+    return escape(safe(text))
