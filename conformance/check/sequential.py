@@ -14,6 +14,7 @@ failure.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import random
 import shlex
@@ -22,6 +23,7 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable
+from unittest import mock
 
 import attrs
 import click
@@ -134,6 +136,24 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
                        trace_path=trace_path, table_path=table_path)
 
 
+@contextlib.contextmanager
+def installation_independent():
+    """Hypothesis draws, now and then, a constant found in the source of modules it considers the user's own: files
+    outside site-packages, below the working directory. Which those are depends on how kpurgatory was installed
+    (editable or not), on the working directory and on what happens to be imported, so the same seed would give
+    different runs; collecting them also writes a cache to ``.hypothesis/`` in the working directory. Within this
+    block no module counts as local (Hypothesis's own constants remain), and its constant cache is reset on the way
+    in and out, so what ran before cannot leak in."""
+    from hypothesis.internal.conjecture import providers
+
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        with mock.patch.object(providers, "_get_local_constants", providers.Constants):
+            yield
+    finally:
+        providers.CONSTANTS_CACHE.cache.clear()
+
+
 def explore(session: Session, examples: int, steps: int, seed: int) -> Stop | None:
     """Run the state machine; the shrunk divergence or the abort that ended it, or None when every example passed."""
     settings = hypothesis.settings(
@@ -142,7 +162,8 @@ def explore(session: Session, examples: int, steps: int, seed: int) -> Stop | No
         phases=(Phase.explicit, Phase.generate, Phase.shrink), print_blob=False,
     )
     try:
-        run_state_machine_as_test(hypothesis.seed(seed)(machine_class(session)), settings=settings)
+        with installation_independent():
+            run_state_machine_as_test(hypothesis.seed(seed)(machine_class(session)), settings=settings)
     except Stop as stop:
         return stop
     except Flaky:
