@@ -14,14 +14,25 @@ keeps only what the observations imply, never the system's internals. Each prope
                    KAFKA-17848).
   no_lost_wakeup   An operation whose condition is known to hold (set_ready seen) is completed by a check of a key
                    it is watched on, or by a direct try.
-  on_time          Nothing fires before the start of its tick, floor(E / tick) * tick (so at most tick - 1 ms early,
-                   never early with tick 1), and nothing that is still pending survives an advance to E or later.
+  on_time          Nothing fires before the earliest time its declared firing window allows, and nothing that is
+                   still pending survives an advance to the latest time it allows (see `Declarations`; Kafka's
+                   window: from the start of its tick, floor(E / tick) * tick, so at most tick - 1 ms early and never
+                   early with tick 1, and fired by an advance to E).
+  domain           A timer_add or watch is rejected with delay_out_of_range exactly when its deadline lies outside
+                   the declared delay domain, and a rejected one fires nothing. An input the declarations leave
+                   undefined ends the judgement: nothing after it is judged.
   watcher_cleanup  A completed operation leaves a key's list no later than the next check of that key (except the
                    earlier entries of an op listed twice that this very check completed at a later visit), a cancel
                    of that key, or the next purge: watched() lies between the live entries and the live entries plus
                    the completed entries not yet due for removal; cancel_key returns exactly the key's entries.
   purge_rule       A purge removes every completed entry from every list.
-  counters         delayed() and size() equal the entries pending in the timer; shutdown reports exactly them.
+  counters         delayed() and size() equal the entries pending in the timer; shutdown reports exactly them
+                   (with lazy_size declared: also, until the next advance, entries that left the timer since the
+                   last one).
+
+What a system promises is declared in its hello (`Declarations`, specs/protocol.md §3); the defaults are Kafka's
+behaviour. Declarations relax or tighten on_time, domain and counters only, and only at the contract level: the exact
+level is Kafka's behaviour whatever a system declares.
 """
 
 from __future__ import annotations
@@ -35,7 +46,8 @@ import attrs
 
 from kpurgatory.model import vocabulary as v
 
-PROPERTIES = ("exactly_once", "justified", "no_lost_wakeup", "on_time", "watcher_cleanup", "purge_rule", "counters")
+PROPERTIES = ("exactly_once", "justified", "no_lost_wakeup", "on_time", "domain", "watcher_cleanup", "purge_rule",
+              "counters")
 
 
 @attrs.frozen
@@ -44,35 +56,113 @@ class Violation:
     message: str
 
 
+#: the firing windows a system may declare (`Declarations.earliest_ms`, `Declarations.latest_ms`)
+FIRING = ("kafka", "never_early_up_to_tick_late", "min_one_tick")
+#: how a delay outside the declared domain is treated, and a negative delay (which may also run at once)
+OUTSIDE = ("rejected", "undefined")
+NEGATIVE = ("run_at_once", *OUTSIDE)
+
+
+def _deadline(instance, attribute, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= v.LONG_MAX:
+        raise ValueError(f"{attribute.name} must be an integer in [0, Long.MAX_VALUE], got {value!r}")
+
+
+@attrs.frozen
+class Declarations:
+    """What a system promises, declared in its hello; the defaults are Kafka's behaviour, as the model has it.
+
+    Each allowance, for an entry scheduled at time A with delay d, so expiration E = A + d, on a wheel of ``tick``:
+
+      firing               when the entry may fire: no earlier than `earliest_ms`, and no longer pending after an
+                           advance to `latest_ms` or later.
+                             kafka                        from the start of E's tick, floor(E / tick) * tick (up to
+                                                          tick - 1 ms early), until E;
+                             never_early_up_to_tick_late  from E, until max(E, A) + tick: a wheel that expires a slot
+                                                          once the clock has left it (kernel, Netty);
+                             min_one_tick                 Kafka's window, but until max(E, A + tick): a delay shorter
+                                                          than a tick runs at the next tick, not on add.
+      lazy_size            size(), delayed() and shutdown may also count entries that left the timer (ran, expired,
+                           were cancelled or completed) since the last advance: a due entry is evicted lazily.
+      max_deadline_ms      the latest deadline E accepted (Kafka, the model: Long.MAX_VALUE; at exactly
+                           Long.MAX_VALUE the model accepts and fires it when the clock gets there).
+      beyond_max_deadline  E > max_deadline_ms is "rejected" (error delay_out_of_range, nothing changes) or
+                           "undefined" (the system promises nothing: the contract stops judging there, and generated
+                           runs never send it).
+      negative_delays      d < 0 "run_at_once" (E is in the past: due at once, as in Kafka), "rejected" or
+                           "undefined" (as above).
+    """
+
+    firing: str = attrs.field(default="kafka", validator=attrs.validators.in_(FIRING))
+    lazy_size: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
+    max_deadline_ms: int = attrs.field(default=v.LONG_MAX, validator=_deadline)
+    beyond_max_deadline: str = attrs.field(default="rejected", validator=attrs.validators.in_(OUTSIDE))
+    negative_delays: str = attrs.field(default="run_at_once", validator=attrs.validators.in_(NEGATIVE))
+
+    def earliest_ms(self, expiration_ms: int, tick_ms: int) -> int:
+        if self.firing == "never_early_up_to_tick_late":
+            return expiration_ms
+        return expiration_ms - expiration_ms % tick_ms
+
+    def latest_ms(self, expiration_ms: int, scheduled_ms: int, tick_ms: int) -> int:
+        if self.firing == "never_early_up_to_tick_late":
+            return max(expiration_ms, scheduled_ms) + tick_ms
+        if self.firing == "min_one_tick":
+            return max(expiration_ms, scheduled_ms + tick_ms)
+        return expiration_ms
+
+    def treatment(self, now_ms: int, delay_ms: int) -> str:
+        """How a delay scheduled at ``now_ms`` is treated: "accepted", "rejected" or "undefined"."""
+        if now_ms + delay_ms > self.max_deadline_ms:
+            return self.beyond_max_deadline
+        if delay_ms < 0 and self.negative_delays != "run_at_once":
+            return self.negative_delays
+        return "accepted"
+
+    def within_domain(self, now_ms: int, delay_ms: int) -> bool:
+        """The system promises something for this delay (accepted, or rejected as declared)."""
+        return self.treatment(now_ms, delay_ms) != "undefined"
+
+
+KAFKA = Declarations()
+
+
 @attrs.define(eq=False)
 class Pending:
     """A scheduled timer entry as the contract sees it (compared by identity: a re-add is a new entry)."""
 
     expiration_ms: int
+    scheduled_ms: int
 
 
 @attrs.define
 class OpState:
     ready_on: int | None
     delay_ms: int
-    ready: bool = False
+    #: what the last set_ready said (None: none yet, so ready_on decides)
+    ready: bool | None = None
     completed: bool = False
 
     def may_complete_by_condition(self) -> bool:
-        return self.ready or self.ready_on is not None
+        return self.ready if self.ready is not None else self.ready_on is not None
 
 
 @attrs.define
 class ContractMonitor:
     profile: str
     params: v.Params
+    declarations: Declarations = KAFKA
     now_ms: int = attrs.field(init=False)
     ops: dict[str, OpState] = attrs.field(factory=dict)
     #: what is pending in the timer: ops (purgatory profile) and tasks (timer profile) by id
     delayed_ops: dict[str, Pending] = attrs.field(factory=dict)
     tasks: dict[str, Pending] = attrs.field(factory=dict)
-    #: (expiration, order, id, entry) of every scheduling; an entry still pending when its time has passed is late
+    #: (latest time, order, id, entry) of every scheduling; an entry still pending when that time has passed is late
     deadlines: list = attrs.field(factory=list)
+    #: entries that left the timer since the last advance (what lazy_size lets size() and delayed() still count)
+    departed: list[tuple[str, Pending]] = attrs.field(factory=list)
+    #: False once an input the declarations leave undefined was seen: nothing after it is judged
+    judging: bool = True
     _order: Iterator[int] = attrs.field(factory=itertools.count)
     #: live watch entries per key: ops not completed (a multiset: duplicates count)
     live: dict[str, Counter] = attrs.field(factory=dict)
@@ -88,6 +178,8 @@ class ContractMonitor:
     def observe(self, command: v.Command, observation: v.Observation) -> list[Violation]:
         """Check one step; returns the violations it revealed (also accumulated in ``violations``)."""
         before = len(self.violations)
+        if not self.judging:
+            return []
         handler: Callable = getattr(self, f"_on_{command.name}")
         handler(command, observation)
         return self.violations[before:]
@@ -97,13 +189,31 @@ class ContractMonitor:
 
     # --- shared pieces ----------------------------------------------------------------------------------------
 
-    def tick_start(self, expiration_ms: int) -> int:
-        return expiration_ms - expiration_ms % self.params.tick_ms
+    def check_not_early(self, what: str, entry: Pending) -> None:
+        earliest = self.declarations.earliest_ms(entry.expiration_ms, self.params.tick_ms)
+        if self.now_ms < earliest:
+            window = ("the start of its tick" if self.declarations.firing == "kafka" else
+                      f"the earliest its declared firing window ({self.declarations.firing}) allows,")
+            self.fail("on_time", f"{what} fired by time {self.now_ms}, before {window} {earliest} "
+                                 f"(expiration {entry.expiration_ms})")
 
-    def check_not_early(self, what: str, expiration_ms: int) -> None:
-        if self.now_ms < self.tick_start(expiration_ms):
-            self.fail("on_time", f"{what} fired by time {self.now_ms}, before the start of its tick "
-                                 f"{self.tick_start(expiration_ms)} (expiration {expiration_ms})")
+    def check_domain(self, command: v.Command, delay_ms: int, observation: v.Observation) -> bool:
+        """The domain property for a command scheduling ``delay_ms`` from now; True when it was accepted."""
+        treatment = self.declarations.treatment(self.now_ms, delay_ms)
+        rejected = observation.error == "delay_out_of_range"
+        if treatment == "undefined":
+            self.judging = False
+        elif treatment == "rejected" and not rejected:
+            self.fail("domain", f"{command.name} with delay_ms={delay_ms} at {self.now_ms} (deadline "
+                                f"{self.now_ms + delay_ms}) is outside the declared domain and must be rejected "
+                                f"with delay_out_of_range")
+        elif treatment == "accepted" and rejected:
+            self.fail("domain", f"{command.name} with delay_ms={delay_ms} at {self.now_ms} was rejected with "
+                                f"delay_out_of_range, but its deadline {self.now_ms + delay_ms} is inside the "
+                                f"declared domain")
+        elif rejected and observation.events:
+            self.fail("domain", f"a rejected {command.name} caused events")
+        return treatment == "accepted" and not rejected
 
     def expect_result(self, prop: str, command: v.Command, observed: v.Json, expected: v.Json) -> None:
         if observed != expected:
@@ -113,8 +223,25 @@ class ContractMonitor:
         return sorted([*self.delayed_ops, *self.tasks])
 
     def schedule(self, pending: dict[str, Pending], name: str, expiration_ms: int) -> None:
-        entry = pending[name] = Pending(expiration_ms)
-        heapq.heappush(self.deadlines, (expiration_ms, next(self._order), name, entry))
+        self.unschedule(pending, name)
+        entry = pending[name] = Pending(expiration_ms, self.now_ms)
+        latest = self.declarations.latest_ms(expiration_ms, self.now_ms, self.params.tick_ms)
+        heapq.heappush(self.deadlines, (latest, next(self._order), name, entry))
+
+    def unschedule(self, pending: dict[str, Pending], name: str) -> Pending | None:
+        """Take ``name``'s entry out of the timer, if it has one (a lazy timer may count it until the next advance)."""
+        entry = pending.pop(name, None)
+        if entry is not None:
+            self.departed.append((name, entry))
+        return entry
+
+    def check_counter(self, command: v.Command, observed: v.Json) -> None:
+        """counters: size() or delayed() is the number of pending entries (plus departed ones, when lazy)."""
+        pending = len(self.pending_in_timer())
+        lazy = len(self.departed) if self.declarations.lazy_size else 0
+        if not isinstance(observed, int) or isinstance(observed, bool) or not pending <= observed <= pending + lazy:
+            expected = pending if not lazy else f"between {pending} and {pending + lazy} (lazy_size)"
+            self.fail("counters", f"{command.name} returned {observed!r}; the observations imply {expected}")
 
     def overdue(self) -> list[str]:
         """Entries whose expiration has passed ``now`` and which are still pending, each reported once."""
@@ -131,11 +258,11 @@ class ContractMonitor:
         events = list(observation.events)
         for index, event in enumerate(events):
             if isinstance(event, v.Run):
-                pending = self.tasks.pop(event.task, None)
+                pending = self.unschedule(self.tasks, event.task)
                 if pending is None:
                     self.fail("exactly_once", f"task {event.task!r} ran but was not pending")
                 else:
-                    self.check_not_early(f"task {event.task!r}", pending.expiration_ms)
+                    self.check_not_early(f"task {event.task!r}", pending)
             elif isinstance(event, v.Complete):
                 completions.append(event)
                 self.complete(command, event)
@@ -159,17 +286,18 @@ class ContractMonitor:
             self.fail("exactly_once", f"{event.op!r} completed a second time (via {event.via})")
             return
         if event.via in ("try", "check") and not op.may_complete_by_condition():
-            self.fail("justified", f"{event.op!r} completed via {event.via} but its condition never held")
+            self.fail("justified", f"{event.op!r} completed via {event.via} but its condition "
+                                   + ("had been cleared" if op.ready is False else "never held"))
         if not v.may_complete_via(command, event):
             self.fail("justified", f"{event.op!r} completed via {event.via} during {command.name}")
         elif event.via == "check" and not self.live.get(command.key, {}).get(event.op):
             self.fail("justified", f"{event.op!r} completed via check of {command.key!r}, not a key it is watched on")
-        pending = self.delayed_ops.pop(event.op, None)
+        pending = self.unschedule(self.delayed_ops, event.op)
         if event.via == "expire":
             if pending is None:
                 self.fail("justified", f"{event.op!r} expired but was not in the timer")
             else:
-                self.check_not_early(f"op {event.op!r}", pending.expiration_ms)
+                self.check_not_early(f"op {event.op!r}", pending)
         op.completed = True
         for key, entries in self.live.items():  # its entries turn stale
             if entries.get(event.op):
@@ -186,12 +314,14 @@ class ContractMonitor:
     # --- timer profile ----------------------------------------------------------------------------------------
 
     def _on_timer_add(self, command: v.TimerAdd, observation: v.Observation) -> None:
-        if observation.error is None:
+        if self.check_domain(command, command.delay_ms, observation):
             self.schedule(self.tasks, command.task, self.now_ms + command.delay_ms)
+        elif not self.judging:
+            return
         self.apply_events(command, observation)
 
     def _on_timer_cancel(self, command: v.TimerCancel, observation: v.Observation) -> None:
-        self.tasks.pop(command.task, None)
+        self.unschedule(self.tasks, command.task)
         self.apply_events(command, observation)
 
     # --- purgatory profile ------------------------------------------------------------------------------------
@@ -200,6 +330,10 @@ class ContractMonitor:
         op = self.ops.get(command.op)
         if op is None:  # the caller built the op; a rejected watch leaves it unwatched but usable
             op = self.ops[command.op] = OpState(command.ready_on, command.delay_ms or 0)
+        if command.keys and not self.check_domain(command, op.delay_ms, observation):
+            if self.judging:
+                self.apply_events(command, observation)
+            return
         if observation.error is not None:
             self.apply_events(command, observation)
             return
@@ -215,7 +349,7 @@ class ContractMonitor:
         self.expect_result("justified", command, observation.result, completed_here)
 
     def _on_set_ready(self, command: v.SetReady, observation: v.Observation) -> None:
-        self.ops[command.op].ready = True
+        self.ops[command.op].ready = command.ready
         self.apply_events(command, observation)
 
     def _on_check(self, command: v.Check, observation: v.Observation) -> None:
@@ -241,7 +375,7 @@ class ContractMonitor:
                                          f"the key's entries are {sorted(live.elements())} plus possibly "
                                          f"{sorted(stale.elements())} completed ones")
         for op_id in live:
-            self.delayed_ops.pop(op_id, None)
+            self.unschedule(self.delayed_ops, op_id)
         self.apply_events(command, observation)
 
     def _on_force(self, command: v.Force, observation: v.Observation) -> None:
@@ -259,7 +393,7 @@ class ContractMonitor:
         self.expect_result("justified", command, observation.result, completed_here)
 
     def _on_cancel(self, command: v.Cancel, observation: v.Observation) -> None:
-        self.delayed_ops.pop(command.op, None)
+        self.unschedule(self.delayed_ops, command.op)
         self.apply_events(command, observation)
 
     def _on_watched(self, command: v.Watched, observation: v.Observation) -> None:
@@ -272,25 +406,31 @@ class ContractMonitor:
 
     def _on_delayed(self, command: v.Delayed, observation: v.Observation) -> None:
         self.apply_events(command, observation)
-        self.expect_result("counters", command, observation.result, len(self.pending_in_timer()))
+        self.check_counter(command, observation.result)
 
     # --- both profiles ----------------------------------------------------------------------------------------
 
     def _on_advance(self, command: v.Advance, observation: v.Observation) -> None:
         self.now_ms = command.to_ms
         self.apply_events(command, observation)
+        self.departed.clear()
         overdue = self.overdue()
         if overdue:
-            self.fail("on_time", f"still pending after advance to {self.now_ms}, past their expiration: "
-                                 f"{', '.join(sorted(overdue))}")
+            self.fail("on_time", f"still pending after advance to {self.now_ms}, past their expiration"
+                                 + ("" if self.declarations.firing == "kafka" else
+                                    f" and the lateness their declared firing window ({self.declarations.firing}) "
+                                    f"allows") + f": {', '.join(sorted(overdue))}")
 
     def _on_size(self, command: v.Size, observation: v.Observation) -> None:
         self.apply_events(command, observation)
-        self.expect_result("counters", command, observation.result, len(self.pending_in_timer()))
+        self.check_counter(command, observation.result)
 
     def _on_shutdown(self, command: v.Shutdown, observation: v.Observation) -> None:
         self.apply_events(command, observation)
-        self.expect_result("counters", command, sorted(observation.result or []), self.pending_in_timer())
+        reported, pending = sorted(observation.result or []), self.pending_in_timer()
+        departed = {name for name, _ in self.departed} if self.declarations.lazy_size else set()
+        if not (set(pending) <= set(reported) <= set(pending) | departed and len(set(reported)) == len(reported)):
+            self.expect_result("counters", command, reported, pending)
 
     def _on_wheel(self, command: v.Wheel, observation: v.Observation) -> None:
         self.apply_events(command, observation)

@@ -128,7 +128,7 @@ class Model:
 
     @_execute.register
     def _(self, command: v.SetReady) -> None:
-        self._op(command.op).ready = True
+        self._op(command.op).ready = command.ready
 
     @_execute.register
     def _(self, command: v.Check) -> int:

@@ -64,12 +64,13 @@ class Journal:
 
 @attrs.define(eq=False)
 class DelayedOperation(TimerTask):
-    """An operation whose condition the trace controls: it holds from the ``ready_on``-th tryComplete call on, or
-    once ``set_ready`` was called. ``via`` tells onComplete which route won (an observation, not Kafka state)."""
+    """An operation whose condition the trace controls: what the last ``set_ready`` said, or before any, whether
+    the ``ready_on``-th tryComplete call has been made. ``via`` tells onComplete which route won (an observation,
+    not Kafka state)."""
 
     journal: Journal = attrs.field(kw_only=True, repr=False)
     ready_on: int | None = attrs.field(default=None, kw_only=True)
-    ready: bool = attrs.field(default=False, kw_only=True)
+    ready: bool | None = attrs.field(default=None, kw_only=True)
     try_calls: int = attrs.field(default=0, kw_only=True)
     completed: bool = attrs.field(default=False, kw_only=True)
 
@@ -78,7 +79,9 @@ class DelayedOperation(TimerTask):
         return self.task_id
 
     def condition_holds(self) -> bool:
-        return self.ready or (self.ready_on is not None and self.try_calls >= self.ready_on)
+        if self.ready is not None:
+            return self.ready
+        return self.ready_on is not None and self.try_calls >= self.ready_on
 
     def force_complete(self, via: str) -> bool:
         """Complete the op if nobody has yet; only the first caller gets True and runs onComplete."""

@@ -29,7 +29,10 @@ Consequences the model reproduces on purpose, because Kafka has them:
 Where Kafka misbehaves, the model defines the correct behaviour instead (see `TimerDomainError`): expirations are
 bounded by Long.MAX_VALUE and rejected beyond it rather than wrapped; the model's integers do not overflow, so a
 level whose interval exceeds Long.MAX_VALUE is simply the top level (Kafka's interval wraps negative and
-re-inserts such an entry forever); start times and clocks are non-negative.
+re-inserts such an entry forever); start times and clocks are non-negative. An expiration of exactly Long.MAX_VALUE
+is inside the domain: it is placed like any other (at the first level whose window reaches it) and runs when the
+clock reaches Long.MAX_VALUE. Kafka cannot place it: with an even wheel size the overflow intervals wrap to 0 and
+the next level divides by zero, with an odd one overflow wheels are created until the stack overflows.
 """
 
 from __future__ import annotations
@@ -236,7 +239,8 @@ class TimingWheel:
 
 def check_expiration(now_ms: int, delay_ms: int) -> int:
     """Kafka computes ``delayMs + now`` in a long and a huge delay wraps negative, so the task runs at once.
-    The model refuses instead: a deadline past Long.MAX_VALUE is a caller's bug, not an instant timeout."""
+    The model refuses instead: a deadline past Long.MAX_VALUE is a caller's bug, not an instant timeout. A deadline
+    of exactly Long.MAX_VALUE is accepted (see the module docstring)."""
     expiration = now_ms + delay_ms
     if expiration > LONG_MAX:
         raise TimerDomainError(

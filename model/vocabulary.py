@@ -98,11 +98,14 @@ class Watch(Command):
 
 @attrs.frozen
 class SetReady(Command):
-    """The op's condition becomes true (new data arrived, the follower caught up...). Completes nothing by itself."""
+    """The op's condition becomes ``ready`` (new data arrived, the follower caught up...; or, with False, what it
+    waits for went away again: Kafka's conditions are user code, nothing makes them monotone). From then on the
+    condition is what the last set_ready said, whatever ``ready_on`` counts. Completes nothing by itself."""
 
     name: ClassVar[str] = "set_ready"
     profiles: ClassVar[tuple[str, ...]] = ("purgatory",)
     op: str
+    ready: bool = True
 
 
 @attrs.frozen
@@ -310,7 +313,8 @@ def may_complete_via(command: Command, event: Complete) -> bool:
 #: Rejections the purgatory itself makes (observable behaviour, compared like results):
 ERRORS = {
     "empty_keys": "tryCompleteElseWatch with an empty key list (Kafka: IllegalArgumentException)",
-    "delay_out_of_range": "now + delay_ms exceeds Long.MAX_VALUE (Kafka silently wraps; kpurgatory rejects)",
+    "delay_out_of_range": "now + delay_ms exceeds Long.MAX_VALUE (Kafka silently wraps; kpurgatory rejects), or the "
+                          "delay is outside the domain the system declares (model/contract.py, Declarations)",
 }
 
 

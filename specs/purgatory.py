@@ -665,7 +665,7 @@ def model_state(model: Model) -> dict:
         if op is None:
             continue
         in_timer = op.entry is not None and op.entry.bucket is not None
-        s[("ready", o)], s[("completed", o)], s[("tc", o)] = op.ready, op.completed, op.try_calls
+        s[("ready", o)], s[("completed", o)], s[("tc", o)] = op.ready is True, op.completed, op.try_calls
         s[("in_timer", o)] = in_timer
         if in_timer:
             s[("exp", o)] = op.entry.expiration_ms

@@ -6,8 +6,8 @@ thread-safe, as the concurrent check needs: events and the route of a completion
 ``on_complete`` runs in the thread whose ``force_complete`` won and so belongs to that thread's command.
 
 The ops of the purgatory profile behave exactly like the model's: an op's ``try_complete`` counts its calls and its
-condition holds from the ``ready_on``-th call on, or once ``set_ready`` was called. ``on_complete`` reports which
-route won: ``try`` for a tryComplete made by a watch or a direct ``try``, ``check`` for one made by
+condition is what the last ``set_ready`` said or, before any, holds from the ``ready_on``-th call on. ``on_complete``
+reports which route won: ``try`` for a tryComplete made by a watch or a direct ``try``, ``check`` for one made by
 check_and_complete, ``expire`` for the timer and ``force`` for a direct force_complete. Malformed commands raise
 `CommandError` where the model does; rejections the vocabulary defines become the observation's error code.
 """
@@ -48,7 +48,7 @@ class AdapterOperation(DelayedOperation):
         super().__init__(delay_ms)
         self.op_id = op_id
         self.ready_on = ready_on
-        self.ready = False
+        self.ready: bool | None = None  # what the last set_ready said
         self.try_calls = 0
         self.adapter = adapter
 
@@ -58,9 +58,8 @@ class AdapterOperation(DelayedOperation):
             calls = self.try_calls
             if self.completed and self.adapter.current.route == "check":
                 self.adapter.record(v.StaleTry(self.op_id))
-        if self.ready or (self.ready_on is not None and calls >= self.ready_on):
-            return self.force_complete()
-        return False
+        holds = self.ready if self.ready is not None else self.ready_on is not None and calls >= self.ready_on
+        return self.force_complete() if holds else False
 
     def run(self) -> None:
         with self.adapter.route("expire"):
@@ -190,7 +189,7 @@ class BuiltinAdapter:
 
     @_execute.register
     def _(self, command: v.SetReady) -> None:
-        self._op(command.op).ready = True
+        self._op(command.op).ready = command.ready
 
     @_execute.register
     def _(self, command: v.Check) -> int:

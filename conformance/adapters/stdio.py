@@ -20,8 +20,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TextIO
 
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
-from kpurgatory.conformance.traces.codec import command_from_json, observation_to_json, validate
+from kpurgatory.conformance.traces.codec import (command_from_json, declarations_to_json, observation_to_json,
+                                                 validate)
 from kpurgatory.model import vocabulary as v
+from kpurgatory.model.contract import KAFKA
 
 
 #: requests sent alone: the run they start or end must not overlap any other command
@@ -38,9 +40,11 @@ def handle(system: SystemUnderTest, request: dict, features: tuple[str, ...] = (
         cmd, args = request["cmd"], request["args"]
         if cmd == "hello":
             hello = system.hello()
-            return {"seq": seq, "events": [], "result": {
-                "protocol_version": hello.protocol_version, "implementation": hello.implementation,
-                "profiles": list(hello.profiles), "features": [*hello.features, *features]}}
+            result = {"protocol_version": hello.protocol_version, "implementation": hello.implementation,
+                      "profiles": list(hello.profiles), "features": [*hello.features, *features]}
+            if hello.declarations != KAFKA:
+                result["declarations"] = declarations_to_json(hello.declarations)
+            return {"seq": seq, "events": [], "result": result}
         if cmd == "init":
             system.init(args["profile"], v.Params(**args["params"]))
             return {"seq": seq, "result": None, "events": []}

@@ -38,8 +38,8 @@ import weakref
 from typing import ClassVar
 
 from kpurgatory.conformance.adapters.sut import Hello
-from kpurgatory.conformance.traces.codec import (MAX_LINE_BYTES, command_to_json, decode_line, observation_from_json,
-                                                 params_to_json, validate)
+from kpurgatory.conformance.traces.codec import (MAX_LINE_BYTES, command_to_json, declarations_from_json, decode_line,
+                                                 observation_from_json, params_to_json, validate)
 from kpurgatory.model import vocabulary as v
 
 PROTOCOL_VERSION = 1
@@ -134,7 +134,7 @@ class SubprocessSystem:
         except ValueError as error:
             raise self._break(ProtocolViolation(f"hello result: {error}")) from None
         return Hello(result["implementation"], result["profiles"], result.get("features", ()),
-                     result["protocol_version"])
+                     result["protocol_version"], declarations_from_json(result.get("declarations", {})))
 
     def init(self, profile: str, params: v.Params) -> None:
         result = self._lifecycle("init", {"profile": profile, "params": params_to_json(params)})

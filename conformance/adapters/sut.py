@@ -11,17 +11,20 @@ from typing import Protocol, runtime_checkable
 
 import attrs
 
+from kpurgatory.model.contract import KAFKA, Declarations
 from kpurgatory.model.vocabulary import Command, Observation, Params
 
 
 @attrs.frozen
 class Hello:
-    """The SUT's introduction: its name, the profiles it implements and optional features (``wheel``)."""
+    """The SUT's introduction: its name, the profiles it implements, optional features (``wheel``) and what it
+    promises where it is not Kafka (`Declarations`: firing window, lazy size, delay domain; Kafka's by default)."""
 
     implementation: str
     profiles: tuple[str, ...] = attrs.field(converter=tuple)
     features: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     protocol_version: int = 1
+    declarations: Declarations = KAFKA
 
 
 @runtime_checkable

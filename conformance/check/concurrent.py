@@ -13,13 +13,14 @@ stated once, in words here and in code below:
   justified        A completion comes from a route the call could take: ``try`` from a watch or try of that op,
                    ``check`` from a check of one of its keys, ``force`` from a force of it, ``expire`` from an advance
                    or the op's own watch. A completion via try or check needs the op to be ready: it counts tries
-                   (``ready_on``) or a set_ready of it was invoked before the completing call returned. A check
+                   (``ready_on``) or a set_ready(true) of it was invoked before the completing call returned. A check
                    calls tryComplete on a completed op (stale_try, KAFKA-17848) only if a completion that does not
                    take the op's lock won the race: one by expiry, force or a direct try. A completion under the
                    op's lock (by a check, or by a watch's tries) happened wholly before or after the check held it.
   no_lost_wakeup   An op made ready (set_ready returned) before a check of one of its keys was invoked is completed
                    by that check, or by a call invoked before the check returned or before its watch returned
-                   (the watch's second try), unless a cancel_key took it off that key first.
+                   (the watch's second try), unless a cancel_key took it off that key first, or a set_ready(false)
+                   of it may have cleared the condition.
   results          Results agree with events: check returns how many ops it completed via check; force, try and
                    watch return true exactly when they completed the op themselves.
   on_time          An op never expires before the start of its deadline's tick, by any clock value the run could have
@@ -421,7 +422,7 @@ def justified(history: History) -> Iterator[Violation]:
                 yield Violation("justified", f"op {op} completed by a check of {command.key}, a key it was never "
                                              f"watched on", (step.seq,))
             elif completion.via in ("try", "check") and history.ready_on(op) is None and not any(
-                    ready.command.op == op and ready.timing.invoked < step.timing.returned
+                    ready.command.op == op and ready.command.ready and ready.timing.invoked < step.timing.returned
                     for ready in history.of(v.SetReady)):
                 yield Violation("justified", f"op {op} completed via {completion.via} but was never made ready",
                                 (step.seq,))
@@ -430,6 +431,9 @@ def justified(history: History) -> Iterator[Violation]:
 def no_lost_wakeup(history: History) -> Iterator[Violation]:
     for ready in history.of(v.SetReady):
         op = ready.command.op
+        if not ready.command.ready or any(not clear.command.ready and clear.command.op == op
+                                          for clear in history.of(v.SetReady)):
+            continue  # a condition that may have been cleared again owes no wakeup
         completions = history.completions[op]
         first = min((c.step for c in completions), key=lambda step: step.timing.invoked, default=None)
         for check in history.of(v.Check):

@@ -147,7 +147,8 @@ def state_shape(model: Model) -> tuple:
 
     def op_state(op) -> tuple:
         tries_to_go = -1 if op.ready_on is None else max(op.ready_on - op.try_calls, 0)
-        return op.completed, op.ready, tries_to_go, op.entry is not None
+        ready = -1 if op.ready is None else int(op.ready)  # not set, cleared, set
+        return op.completed, ready, tries_to_go, op.entry is not None
 
     purgatory = model.purgatory
     lists = tuple(sorted(tuple(op_state(op) for op in ops) for ops in purgatory.watchers.values()))

@@ -124,7 +124,8 @@ class ConformanceMachine(RuleBasedStateMachine):
         session = self.session
         self.params, self.ends_with_shutdown = params, ends_with_shutdown
         self.model = Model(self.profile, params)
-        self.checker = StepChecker(SYSTEM, Trace(Header("check", self.profile, params), ()), session.level)
+        self.checker = StepChecker(SYSTEM, Trace(Header("check", self.profile, params), ()), session.level,
+                                   session.hello.declarations)
         self.delays, self.gaps = strategies.delays(params), strategies.gaps(params)
         self.reads = st.sampled_from([command for command in self.READS
                                       if v.supported(command, session.hello.features)])

@@ -123,7 +123,8 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
     trace_id = f"check-{profile}-{seed}"
     description = (f"counterexample from `kpurgatory check --profile {profile} --level {level} --seed {seed}` "
                    f"against {hello.implementation}: {stop.summary}")
-    counterexample = Trace(Header(trace_id, profile, stop.params, description=description), stop.steps)
+    counterexample = Trace(Header(trace_id, profile, stop.params, description=description,
+                                  declarations=hello.declarations), stop.steps)
     report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error)
     trace_path = table_path = None
     if out_dir is not None:

@@ -34,11 +34,14 @@ import attrs
 import fastjsonschema
 
 from kpurgatory.model import CommandError, Model
+from kpurgatory.model.contract import KAFKA, Declarations
 from kpurgatory.model.machine import validate_params
 from kpurgatory.model import vocabulary as v
 
 FORMAT = "kpurgatory-trace"
 VERSION = 1
+#: the ``implementation`` of a trace whose observations are the model's own (a test vector)
+MODEL = "kpurgatory.model"
 
 #: the longest line any reader accepts (a wheel read-out of a large run is the biggest legitimate one)
 MAX_LINE_BYTES = 16 * 2**20
@@ -176,6 +179,8 @@ def command_to_json(command: v.Command) -> dict:
     if isinstance(command, v.Watch):
         args = {name: value for name, value in args.items() if value is not None}
         args["keys"] = list(command.keys)
+    if isinstance(command, v.SetReady) and command.ready:
+        del args["ready"]  # the default: set_ready lines written before ready:false existed read the same
     return {"cmd": command.name, "args": args}
 
 
@@ -218,10 +223,12 @@ class Header:
     trace_id: str
     profile: str
     params: v.Params
-    implementation: str = "kpurgatory.model"
+    implementation: str = MODEL
     description: str | None = None
     #: a concurrent history: how many threads called the system at once (None: a sequential trace)
     threads: int | None = None
+    #: what the system whose behaviour the trace is about promised (its hello's), so a replay judges it alike
+    declarations: Declarations = KAFKA
 
 
 @attrs.frozen
@@ -268,6 +275,15 @@ def params_to_json(params: v.Params) -> dict:
     return attrs.asdict(params)
 
 
+def declarations_to_json(declarations: Declarations) -> dict:
+    return attrs.asdict(declarations)
+
+
+def declarations_from_json(document: dict) -> Declarations:
+    """``document`` must already satisfy the schema's ``declarations``; fields left out keep Kafka's defaults."""
+    return Declarations(**document)
+
+
 def header_line(header: Header) -> dict:
     body = {"format": FORMAT, "version": VERSION, "profile": header.profile,
             "params": params_to_json(header.params), "implementation": header.implementation}
@@ -275,6 +291,8 @@ def header_line(header: Header) -> dict:
         body["description"] = header.description
     if header.threads is not None:
         body["threads"] = header.threads
+    if header.declarations != KAFKA:
+        body["declarations"] = declarations_to_json(header.declarations)
     return {"trace": header.trace_id, "seq": 0, "header": body}
 
 
@@ -321,7 +339,7 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
         except CommandError as error:  # in the schema's ranges but outside the model's domain
             raise ValueError(f"header.params: {error}") from None
         return Header(document["trace"], body["profile"], params, body["implementation"], body.get("description"),
-                      body.get("threads"))
+                      body.get("threads"), declarations_from_json(body.get("declarations", {})))
     if document.get("cmd") == "init":
         raise ValueError("cmd 'init' belongs to the protocol; in a trace the header line carries the params")
     validate("step_line", document)

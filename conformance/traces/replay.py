@@ -24,10 +24,10 @@ from rich.text import Text
 from kpurgatory.conformance.check.compare import LEVELS, Difference, describe_events, exact_difference
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
 from kpurgatory.conformance.terminal import markup, safe
-from kpurgatory.conformance.traces.codec import Trace, TraceFormatError, command_to_json, read_traces
+from kpurgatory.conformance.traces.codec import MODEL, Trace, TraceFormatError, command_to_json, read_traces
 from kpurgatory.model import CommandError, Model
 from kpurgatory.model import vocabulary as v
-from kpurgatory.model.contract import ContractMonitor, Violation
+from kpurgatory.model.contract import KAFKA, ContractMonitor, Declarations, Violation
 
 #: who made an observation that failed: the trace's recording, or the system under test
 RECORDING, SYSTEM = "recording", "system"
@@ -72,11 +72,13 @@ class ReplayReport:
 
 
 class StepChecker:
-    """Compares one observer's observations with the model's, step by step, at a level."""
+    """Compares one observer's observations with the model's, step by step, at a level. At the contract level the
+    observer is judged by what it declared (``declarations``); the exact level is Kafka's behaviour and contract."""
 
-    def __init__(self, who: str, trace: Trace, level: str):
+    def __init__(self, who: str, trace: Trace, level: str, declarations: Declarations = KAFKA):
         self.who, self.level = who, level
-        self.monitor = ContractMonitor(trace.header.profile, trace.header.params)
+        self.monitor = ContractMonitor(trace.header.profile, trace.header.params,
+                                       declarations if level == "contract" else KAFKA)
 
     def check(self, command: v.Command, model: v.Observation, observed: v.Observation) -> list[Failure]:
         failures = [Failure(self.who, violation) for violation in self.monitor.observe(command, observed)]
@@ -92,16 +94,22 @@ CONCURRENT_HISTORY = ("a concurrent history has no order to replay its steps in;
 
 
 def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "exact", *,
-           check_recording: bool = True, features: tuple[str, ...] = v.OPTIONAL) -> ReplayReport:
-    """Replay ``trace``; see the module docstring. ``features`` are the optional commands ``system`` supports."""
+           check_recording: bool = True, features: tuple[str, ...] = v.OPTIONAL,
+           declarations: Declarations | None = None) -> ReplayReport:
+    """Replay ``trace``; see the module docstring. ``features`` are the optional commands ``system`` supports and
+    ``declarations`` what it promises (by default, what the trace's header records). A recording is judged by its
+    header's declarations, except the model's own observations (a test vector), which are Kafka's."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     header = trace.header
     if header.threads is not None:
         return ReplayReport(trace, "model" if system is None else "system", level, (), CONCURRENT_HISTORY)
     model = Model(header.profile, header.params)
-    recording = StepChecker(RECORDING, trace, level) if check_recording else None
-    sut = StepChecker(SYSTEM, trace, level) if system is not None else None
+    recorded_by_model = header.implementation == MODEL
+    recording = (StepChecker(RECORDING, trace, level, KAFKA if recorded_by_model else header.declarations)
+                 if check_recording else None)
+    sut = StepChecker(SYSTEM, trace, level, header.declarations if declarations is None else declarations)
+    sut = sut if system is not None else None
     if system is not None:
         system.init(header.profile, header.params)
     outcomes: list[StepOutcome] = []
@@ -247,7 +255,8 @@ def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> b
     try:
         for trace in traces:
             report = replay(trace, target.system if target else None, level,
-                            features=target.hello.features if target else ())
+                            features=target.hello.features if target else (),
+                            declarations=target.hello.declarations if target else None)
             print_report(console, report, window)
             all_ok &= report.ok
     finally:
@@ -303,7 +312,8 @@ def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
     try:
         for trace in chosen:
             report = replay(trace, target.system if target else None, level,
-                            features=target.hello.features if target else ())
+                            features=target.hello.features if target else (),
+                            declarations=target.hello.declarations if target else None)
             failing = report.first_failure
             detail = report.error or (f"step {failing.seq}: {failing.failures[0]}" if failing else "")
             summary.add_row(markup(trace.trace_id), str(len(trace.steps)),
