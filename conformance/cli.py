@@ -64,7 +64,12 @@ class LazyGroup(click.Group):
         except (click.Abort, KeyboardInterrupt, Interrupted) as error:
             click.echo(f"interrupted ({safe(str(error)) or 'SIGINT'}): stopped, adapters killed", err=True)
             sys.exit(3)
-        except Exception:
+        except Exception as error:
+            from kpurgatory.conformance.adapters.subprocess import AdapterError
+
+            if isinstance(error, AdapterError):  # the adapter broke before a command could report it
+                click.echo(f"Error: {safe(error)}", err=True)
+                sys.exit(3)
             click.echo(safe(traceback.format_exc()), err=True, nl=False)
             click.echo("kpurgatory crashed: this is a bug in kpurgatory, not in the implementation", err=True)
             sys.exit(3)

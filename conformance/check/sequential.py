@@ -38,11 +38,12 @@ from rich.table import Table
 from kpurgatory.conformance.adapters import BUILTIN, system_factory
 from kpurgatory.conformance.adapters.subprocess import AdapterError
 from kpurgatory.conformance.check.compare import LEVELS
+from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.machine import Abort, Session, Stop, machine_class
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.terminal import markup, safe
-from kpurgatory.conformance.traces.codec import Header, Trace, write_traces
+from kpurgatory.conformance.traces.codec import Header, Trace, dumps, write_traces
 from kpurgatory.model import vocabulary as v
 
 #: the default budget per profile: about 20 s of CPU each for the built-in implementation (kpurgatory check)
@@ -75,6 +76,10 @@ class CheckResult:
     shrink_runs: int = 0
     trace_path: Path | None = None
     table_path: Path | None = None
+    #: the system could not be driven (crash, hang, garbage), so the verdict is an error, not a failure
+    broken: bool = False
+    #: why the counterexample could not be written to out_dir (it is then in ``counterexample`` only)
+    write_error: str | None = None
 
     def failure_report(self) -> str:
         """The failure as plain text: what, the step table, and where the counterexample is."""
@@ -106,8 +111,8 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
         try:
             hello = system.hello()
         except AdapterError as error:
-            return CheckResult(False, profile, level, seed, "?", 0, 0, 0, {}, time.monotonic() - started,
-                               f"hello: system failed: {error}")
+            return broken_result(profile, level, seed, "?", time.monotonic() - started,
+                                 f"hello: system failed: {error}")
         if profile not in hello.profiles:
             raise ValueError(f"{hello.implementation} implements {', '.join(hello.profiles)}, not {profile}")
         session = Session(system, hello, profile, level, on_example)
@@ -126,15 +131,20 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
     counterexample = Trace(Header(trace_id, profile, stop.params, description=description,
                                   declarations=hello.declarations), stop.steps)
     report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error)
-    trace_path = table_path = None
+    trace_path = table_path = write_error = None
     if out_dir is not None:
-        trace_path = write_traces(Path(out_dir) / f"{trace_id}.jsonl", counterexample)
-        table_path = trace_path.with_suffix(".txt")
-        table_path.write_text(render(report))
+        try:
+            trace_path = write_traces(Path(out_dir) / f"{trace_id}.jsonl", counterexample)
+            table_path = trace_path.with_suffix(".txt")
+            table_path.write_text(render(report))
+        except OSError as error:
+            trace_path = table_path = None
+            write_error = f"cannot write the counterexample to {out_dir}: {error}"
     return CheckResult(False, **summary, failure_summary=stop.summary, counterexample=counterexample,
                        report=report, time_to_first_failure_s=session.first_failure_s,
                        shrunk_length=None if isinstance(stop, Abort) else len(stop.steps),
-                       trace_path=trace_path, table_path=table_path)
+                       trace_path=trace_path, table_path=table_path, broken=isinstance(stop, Abort),
+                       write_error=write_error)
 
 
 @contextlib.contextmanager
@@ -190,28 +200,37 @@ def render(report: ReplayReport) -> str:
 
 
 def write_junit(path: Path, results: list[CheckResult]) -> None:
-    """One test suite, one test case per profile; a failure's text is its step table."""
-    failures = sum(not result.passed for result in results)
+    """One test suite, one test case per profile. A wrong answer is a <failure> whose text is its step table; a
+    system that could not be driven, or a check cut short, is an <error>."""
+    failures = sum(not result.passed and not result.broken for result in results)
+    errors = sum(result.broken for result in results)
     elapsed = f"{sum(result.elapsed_s for result in results):.3f}"
-    suite = ET.Element("testsuite", name=f"kpurgatory check: {results[0].implementation}",
-                       tests=str(len(results)), failures=str(failures), errors="0", time=elapsed)
+    suite = ET.Element("testsuite", name=f"kpurgatory check: {safe(results[0].implementation)}",
+                       tests=str(len(results)), failures=str(failures), errors=str(errors), time=elapsed)
     for result in results:
         case = ET.SubElement(suite, "testcase", classname="kpurgatory.check",
                              name=f"{result.profile} ({result.level})", time=f"{result.elapsed_s:.3f}")
         properties = ET.SubElement(case, "properties")
         for name in ("seed", "examples_run", "steps_run", "distinct_states"):
             ET.SubElement(properties, "property", name=name, value=str(getattr(result, name)))
-        if not result.passed:
-            failure = ET.SubElement(case, "failure", message=result.failure_summary.splitlines()[0],
-                                    type="counterexample" if result.counterexample else "error")
-            failure.text = result.failure_report()
+        if not result.passed:  # XML 1.0 cannot hold control characters: untrusted text goes through safe()
+            verdict = ET.SubElement(case, "error" if result.broken else "failure",
+                                    message=safe(result.failure_summary.splitlines()[0]),
+                                    type="system broke" if result.broken else "counterexample")
+            verdict.text = safe(result.failure_report())
     suites = ET.Element("testsuites", name="kpurgatory", tests=str(len(results)), failures=str(failures),
-                        time=elapsed)
+                        errors=str(errors), time=elapsed)
     suites.append(suite)
     tree = ET.ElementTree(suites)
     ET.indent(tree)
     path.parent.mkdir(parents=True, exist_ok=True)
     tree.write(path, encoding="utf-8", xml_declaration=True)
+
+
+def broken_result(profile: str, level: str, seed: int, implementation: str, elapsed_s: float,
+                  summary: str) -> CheckResult:
+    """The verdict of a profile whose check could not run: the system broke before it, or the check was cut short."""
+    return CheckResult(False, profile, level, seed, implementation, 0, 0, 0, {}, elapsed_s, summary, broken=True)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -285,6 +304,33 @@ def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
         system.close()
 
 
+def check_profile(console: Console, factory: Callable[[], SystemUnderTest], profile: str, level: str, examples: int,
+                  steps: int, seed: int, out: Path, results: list[CheckResult]) -> None:
+    """`run_check` of one profile with a progress bar; its result is appended to ``results``."""
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console) as progress:
+        task = progress.add_task(f"{profile:9}", total=examples, detail="")
+
+        def show(session: Session) -> None:
+            detail = (f"shrinking: {session.shrink_runs} runs" if session.shrinking else
+                      f"{session.steps} steps, {len(session.coverage.states)} states")
+            progress.update(task, completed=session.examples, total=max(examples, session.examples), detail=detail)
+
+        results.append(run_check(factory, profile=profile, level=level, examples=examples, steps=steps, seed=seed,
+                                 out_dir=out, on_example=show))
+
+
+def report_junit(path: Path | None, results: list[CheckResult]) -> None:
+    """Write the JUnit report if one was asked for; a path that cannot be written is the tool's failure (exit 3)."""
+    if path is None:
+        return
+    try:
+        write_junit(path, results)
+    except OSError as error:
+        click.echo(f"Error: cannot write the JUnit report: {safe(error)}", err=True)
+        sys.exit(3)
+
+
 @click.command("check")
 @with_target_options
 @click.option("--profile", type=click.Choice(v.PROFILES), help="Check one profile [default: every profile the "
@@ -306,7 +352,9 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
 
     Hypothesis drives the model and the implementation side by side; on a divergence it shrinks the run to a
     minimal counterexample, written to --out as a trace that `kpurgatory replay` reproduces. Exits 0 when every
-    profile passes, 1 otherwise."""
+    profile passes, 1 when the implementation fails one, 3 when it could not be driven (adapter crash, hang,
+    garbage), the counterexample could not be written, or the check was interrupted; --junit is written in every
+    case."""
     console = Console()
 
     def plain(text: str) -> None:
@@ -317,51 +365,53 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
     if threads > 1:
         concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads)
     factory = system_factory(impl, adapter, timeout)
+    seed = random.randrange(2**32) if seed is None else seed
+    started = time.monotonic()
     try:
         hello = introduce(factory)
     except AdapterError as error:
-        plain(f"FAIL hello: system failed: {error}")
-        sys.exit(1)
+        plain(f"ERROR hello: system failed: {error}")
+        report_junit(junit, [broken_result(profile or "hello", level, seed, "?", time.monotonic() - started,
+                                           f"hello: system failed: {error}")])
+        sys.exit(3)
     if profile and profile not in hello.profiles:
         raise click.UsageError(f"{safe(hello.implementation)} implements {', '.join(hello.profiles)}, not {profile}")
     profiles = [profile] if profile else [p for p in v.PROFILES if p in hello.profiles]
-    seed = random.randrange(2**32) if seed is None else seed
     console.print(f"checking {markup(hello.implementation)} ({', '.join(profiles)}; level {level}; "
                   f"{examples} examples of up to {steps} steps; seed {seed})")
-    results = []
-    for name in profiles:
-        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                      TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console) as progress:
-            task = progress.add_task(f"{name:9}", total=examples, detail="")
-
-            def show(session: Session) -> None:
-                detail = (f"shrinking: {session.shrink_runs} runs" if session.shrinking else
-                          f"{session.steps} steps, {len(session.coverage.states)} states")
-                progress.update(task, completed=session.examples, total=max(examples, session.examples),
-                                detail=detail)
-
-            results.append(run_check(factory, profile=name, level=level, examples=examples, steps=steps,
-                                     seed=seed, out_dir=out, on_example=show))
+    results: list[CheckResult] = []
+    try:
+        for name in profiles:
+            check_profile(console, factory, name, level, examples, steps, seed, out, results)
+    except (Exception, KeyboardInterrupt, Interrupted) as error:  # the report says so, then exit 3 (cli.main)
+        cut = ("interrupted" if isinstance(error, (KeyboardInterrupt, Interrupted)) else
+               f"kpurgatory crashed: {type(error).__name__}: {error}")
+        report_junit(junit, results + [broken_result(profiles[len(results)], level, seed, hello.implementation,
+                                                     time.monotonic() - started, cut)])
+        raise
     console.print(summary_table(results))
     if passing := [result for result in results if result.passed]:  # a failed run's coverage stops at its failure
         console.print(coverage_table(passing))
     for result in results:
         if result.passed:
             continue
-        console.rule(f"[bold red]{result.profile}: FAIL")
+        console.rule(f"[bold red]{result.profile}: {'ERROR' if result.broken else 'FAIL'}")
         if result.report is not None:
             print_report(console, result.report, window=None)
             shrunk = (f"shrunk to {result.shrunk_length} steps in {result.shrink_runs} runs"
                       if result.shrunk_length is not None else "not shrunk: the system broke the protocol")
             console.print(f"first failure after {result.time_to_first_failure_s:.1f} s, {shrunk}")
-            plain(f"counterexample: {result.trace_path}\nstep table:     {result.table_path}")
-            plain(f"replay:         kpurgatory replay {result.trace_path} {target_flags(impl, adapter, level)}")
+            if result.write_error is not None:  # the counterexample is not lost: it goes to the terminal
+                plain(f"{result.write_error}\ncounterexample (JSON Lines):\n{dumps(result.counterexample)}")
+            else:
+                plain(f"counterexample: {result.trace_path}\nstep table:     {result.table_path}")
+                plain(f"replay:         kpurgatory replay {result.trace_path} {target_flags(impl, adapter, level)}")
         else:
             plain(result.failure_summary)
         plain(f"re-run:         kpurgatory check {target_flags(impl, adapter, level)} --profile {result.profile} "
               f"--examples {examples} --steps {steps} --seed {seed}")
-    if junit:
-        write_junit(junit, results)
-    all_passed = len(passing) == len(results)
-    console.print(f"{'[green]PASS[/]' if all_passed else '[bold red]FAIL[/]'} seed {seed}")
-    sys.exit(0 if all_passed else 1)
+    report_junit(junit, results)
+    code = (3 if any(result.broken or result.write_error for result in results) else
+            0 if len(passing) == len(results) else 1)
+    console.print(f"{['[green]PASS[/]', '[bold red]FAIL[/]', '', '[bold red]ERROR[/]'][code]} seed {seed}")
+    sys.exit(code)

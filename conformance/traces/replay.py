@@ -61,6 +61,12 @@ class ReplayReport:
     level: str
     outcomes: tuple[StepOutcome, ...]
     error: str | None = None  # the system failed (crash, hang, protocol violation) or the trace is malformed
+    broken: bool = False  # the error is the system's failure to answer, not the trace's
+
+    @property
+    def exit_code(self) -> int:
+        """This replay's exit code (0 pass, 1 the implementation failed, 2 bad input, 3 the system broke)."""
+        return 3 if self.broken else 2 if self.error is not None else 0 if self.ok else 1
 
     @property
     def ok(self) -> bool:
@@ -114,8 +120,8 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
         system.init(header.profile, header.params)
     outcomes: list[StepOutcome] = []
 
-    def report(error: str | None = None) -> ReplayReport:
-        return ReplayReport(trace, "model" if system is None else "system", level, tuple(outcomes), error)
+    def report(error: str | None = None, broken: bool = False) -> ReplayReport:
+        return ReplayReport(trace, "model" if system is None else "system", level, tuple(outcomes), error, broken)
 
     for step in trace.steps:
         try:
@@ -130,7 +136,7 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
             try:
                 observed = system.step(step.command)
             except Exception as error:  # the system failed: stop, keep the trace so far
-                return report(f"step {step.seq}: system failed: {error}")
+                return report(f"step {step.seq}: system failed: {error}", broken=True)
             failures += sut.check(step.command, expected, observed)
         outcomes.append(StepOutcome(step.seq, step.command, expected, step.observation if recording else None,
                                     observed, tuple(failures)))
@@ -248,21 +254,23 @@ def open_target(impl: str | None, adapter: str | None, timeout: float):
     return open_system(impl=impl, adapter=adapter, timeout=timeout)
 
 
-def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> bool:
+def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> int:
+    """Replay and print each trace; the exit code: the worst of the replays' (a broken system over bad input over
+    a failure)."""
     console = Console()
     target = open_target(impl, adapter, timeout)
-    all_ok = True
+    code = 0
     try:
         for trace in traces:
             report = replay(trace, target.system if target else None, level,
                             features=target.hello.features if target else (),
                             declarations=target.hello.declarations if target else None)
             print_report(console, report, window)
-            all_ok &= report.ok
+            code = max(code, report.exit_code)
     finally:
         if target is not None:
             target.system.close()
-    return all_ok
+    return code
 
 
 @click.command("replay")
@@ -272,7 +280,8 @@ def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> b
 def replay_command(traces, impl, adapter, timeout, level, all_steps):
     """Replay TRACES against the model (and --impl/--adapter); print a step table and a verdict.
 
-    Exits 0 when every step agrees with the model, 1 on a divergence, 2 on malformed input."""
+    Exits 0 when every step agrees with the model, 1 on a divergence, 2 on malformed input, 3 when the system
+    under test broke (crashed, hung, wrote garbage)."""
     try:
         loaded = [trace for path in traces for trace in read_traces(path)]
     except TraceFormatError as error:
@@ -281,7 +290,7 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps):
     if histories := [trace.trace_id for trace in loaded if trace.header.threads is not None]:
         click.echo(f"Error: {safe(', '.join(histories))}: {CONCURRENT_HISTORY}", err=True)
         sys.exit(2)
-    sys.exit(0 if run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12) else 1)
+    sys.exit(run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12))
 
 
 @click.command("scenarios")
