@@ -6,6 +6,7 @@ import json
 import multiprocessing
 import os
 import sys
+import tempfile
 import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
@@ -82,8 +83,9 @@ def print_table(console: Console, obligations, outcomes, paths, seconds: float) 
 
 @click.command("prove")
 @click.option("--json", "as_json_flag", is_flag=True, help="Print the results as JSON instead of a table.")
-@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path), default=Path("prove-out"),
-              show_default=True, help="Where refutation traces are written (one JSON Lines file per trace).")
+@click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
+              help="Where refutation traces are written (one JSON Lines file per trace) [default: a new temporary "
+                   "folder, named in the report].")
 @click.option("--only", "only", multiple=True, metavar="PATTERN",
               help="Run only obligations whose name matches this glob (repeatable), e.g. 'wheel.*'.")
 @click.option("--jobs", "jobs", type=int, default=min(2, os.cpu_count() or 1), show_default=True,
@@ -111,7 +113,7 @@ def prove_command(as_json_flag: bool, out: Path, only: tuple[str, ...], jobs: in
     start = time.perf_counter()
     outcomes = run_obligations(obligations, jobs)
     seconds = time.perf_counter() - start
-    paths = write_refutations(obligations, outcomes, out)
+    paths = write_refutations(obligations, outcomes, out or Path(tempfile.mkdtemp(prefix="kpurgatory-prove-")))
     report = as_json(obligations, outcomes, paths, seconds)
     if as_json_flag:
         click.echo(json.dumps(report, indent=2))

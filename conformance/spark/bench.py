@@ -119,7 +119,8 @@ def plain_python(paths: tuple[str, ...]) -> dict:
 @click.option("--events", type=click.IntRange(min=1000), default=2_000_000, show_default=True)
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Commands per trace.")
 @click.option("--corpus", "folder", type=click.Path(file_okay=False, path_type=Path),
-              help="Where the corpus is kept [default: a folder per size under the temp dir].")
+              help="Where the corpus is kept, and reused by later runs of the same size [default: a new temporary "
+                   "folder, deleted afterwards].")
 @click.option("--runs", default=",".join(RUNS), show_default=True, help=f"Which of {', '.join(RUNS)} to run.")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
 def bench_command(events, steps, folder, runs, conf):
@@ -128,7 +129,16 @@ def bench_command(events, steps, folder, runs, conf):
     if not chosen or set(chosen) - set(RUNS):
         raise click.BadParameter(f"choose from {', '.join(RUNS)}", param_hint="--runs")
     traces = -(-events // (steps + 1))  # a trace is its header and its steps
-    folder = folder or Path(tempfile.gettempdir()) / f"kpurgatory-bench-{traces}x{steps}"
+    scratch = None if folder else Path(tempfile.mkdtemp(prefix="kpurgatory-bench-corpus-"))
+    try:
+        measure(steps, folder or scratch, chosen, conf, traces)
+    finally:
+        if scratch is not None:
+            shutil.rmtree(scratch)
+
+
+def measure(steps: int, folder: Path, chosen: list[str], conf: tuple[str, ...], traces: int) -> None:
+    """Record the corpus into ``folder`` unless it holds one, then time each chosen run on it."""
     console = Console(width=max(120, Console().width))
     settings = parse_conf(conf)
     if not (folder / "_SUCCESS").exists():

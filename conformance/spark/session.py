@@ -36,7 +36,9 @@ DEFAULTS = {
 
 
 class SparkUnavailable(click.ClickException):
-    """Spark cannot start here; the message says what to install."""
+    """Spark cannot start here; the message says what to install. The tool cannot run: exit 3."""
+
+    exit_code = 3
 
 
 def java_executable() -> str:
