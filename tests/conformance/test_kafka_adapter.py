@@ -1,0 +1,137 @@
+"""The adapter over Kafka's own classes (conformance/examples/kafka), compiled and driven here against the stand-in
+classes beside it: kpurgatory's own re-statements of Kafka's purgatory and wheel with Kafka's class names, public API
+and private field names, since CI cannot download Kafka. The same adapter runs against a real Kafka build (README)."""
+
+import json
+import os
+import select
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kpurgatory.conformance.cli import main
+
+pytestmark = pytest.mark.skipif(shutil.which("javac") is None, reason="a JDK (javac) is not installed")
+
+EXAMPLE = Path(__file__).parents[2] / "conformance" / "examples" / "kafka"
+#: the scenarios outside the model's domain, where Kafka's wheel is known to misbehave
+OUTSIDE_THE_DOMAIN = ("model.domain.delay-out-of-range", "model.domain.watch-delay-out-of-range",
+                      "model.domain.overflow-chain-top-level")
+
+
+@pytest.fixture(scope="module")
+def adapter(tmp_path_factory) -> str:
+    """The adapter's command over the compiled stand-ins; run.sh compiles the adapter itself into a fresh cache."""
+    standins = tmp_path_factory.mktemp("standins")
+    subprocess.run(["javac", "-nowarn", "-d", str(standins), *map(str, sorted(EXAMPLE.glob("standins/**/*.java")))],
+                   check=True)
+    os.environ["KPURGATORY_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield f"{EXAMPLE / 'run.sh'} {standins}"
+    del os.environ["KPURGATORY_CACHE"]
+
+
+def start(adapter: str) -> subprocess.Popen:
+    return subprocess.Popen(adapter.split(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+
+def send(process: subprocess.Popen, *requests: dict) -> None:
+    for request in requests:
+        process.stdin.write(json.dumps({"args": {}, **request}) + "\n")
+    process.stdin.flush()
+
+
+def receive(process: subprocess.Popen, count: int) -> dict[int, dict]:
+    """The next ``count`` responses, by the seq they echo (concurrent commands answer in any order)."""
+    responses = [json.loads(process.stdout.readline()) for _ in range(count)]
+    return {response["seq"]: response for response in responses}
+
+
+def answers_within(process: subprocess.Popen, seconds: float) -> bool:
+    return bool(select.select([process.stdout], [], [], seconds)[0])
+
+
+INIT = {"cmd": "init", "args": {"profile": "purgatory",
+                                "params": {"tick_ms": 1, "wheel_size": 20, "start_ms": 0, "purge_interval": 1000}}}
+
+
+def test_hello_names_the_kafka_build_and_lists_both_profiles_and_every_feature(adapter):
+    process = start(adapter)
+    send(process, {"seq": 0, "cmd": "hello", "args": {"protocol_version": 1}})
+    hello = receive(process, 1)[0]["result"]
+    process.stdin.close()
+    assert process.wait(10) == 0
+    assert hello["profiles"] == ["timer", "purgatory"]
+    assert set(hello["features"]) == {"concurrent", "barrier", "gates", "wheel", "watcher_keys", "delay_queue"}
+    assert adapter.split()[-1] in hello["implementation"]
+
+
+def test_kafkas_unit_tests_replay_exactly(adapter):
+    skips = [option for scenario in OUTSIDE_THE_DOMAIN for option in ("--skip", scenario)]
+    result = CliRunner().invoke(main, ["scenarios", "--adapter", adapter, *skips], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    passed = int(result.output.strip().splitlines()[-1].split()[0])
+    assert passed >= 30, result.output
+
+
+def test_outside_the_models_domain_the_adapter_shows_kafkas_behaviour_unmasked(adapter):
+    """Kafka wraps now + delay past Long.MAX_VALUE and runs the task at once; the adapter does not reject it."""
+    result = CliRunner().invoke(main, ["scenarios", "--adapter", adapter, "--only", OUTSIDE_THE_DOMAIN[0]],
+                                terminal_width=200)
+    assert result.exit_code == 1
+    assert "delay_out_of_range" in result.output and result.output.strip().endswith("0 passed, 1 failed")
+
+
+def test_the_concurrent_check_passes_through_kafkas_locks(adapter, tmp_path):
+    result = CliRunner().invoke(main, ["check", "--adapter", adapter, "--threads", "4", "--examples", "8",
+                                       "--seed", "1", "--out", str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+
+
+def test_a_start_barrier_holds_its_requests_until_every_party_arrived(adapter):
+    process = start(adapter)
+    send(process, {"seq": 0, "cmd": "init", **INIT})
+    receive(process, 1)
+    barrier = {"id": "b", "parties": 3}
+    send(process, {"seq": 1, "cmd": "watch", "args": {"op": "a", "keys": ["k"], "delay_ms": 5, "ready_on": None},
+                   "barrier": barrier},
+         {"seq": 2, "cmd": "watched", "barrier": barrier})
+    assert not answers_within(process, 0.5)
+    send(process, {"seq": 3, "cmd": "delayed", "barrier": barrier})
+    responses = receive(process, 3)
+    process.stdin.close()
+    assert process.wait(10) == 0
+    assert responses[1]["result"] is False
+    for response in responses.values():
+        start_ns, end_ns = response["exec_ns"]
+        assert start_ns <= end_ns
+
+
+def test_a_gate_stops_a_watch_inside_tryComplete_while_a_force_completes_the_op(adapter):
+    """The watch's first tryComplete finds the op ready, then waits at the gate holding the op's lock; a force (which
+    takes no lock) wins meanwhile, so the watch completes nothing and reports false."""
+    process = start(adapter)
+    send(process, {"seq": 0, "cmd": "init", **INIT})
+    receive(process, 1)
+    send(process, {"seq": 1, "cmd": "watch", "args": {"op": "a", "keys": ["k"], "delay_ms": 5, "ready_on": 1},
+                   "gate": {"id": "g", "try": 1}},
+         {"seq": 2, "cmd": "await_gate", "args": {"gate": "g"}})
+    assert receive(process, 1) == {2: {"seq": 2, "result": True, "events": []}}
+    send(process, {"seq": 3, "cmd": "force", "args": {"op": "a"}})
+    forced = receive(process, 1)[3]
+    send(process, {"seq": 4, "cmd": "open_gate", "args": {"gate": "g"}})
+    responses = receive(process, 2)
+    process.stdin.close()
+    assert process.wait(10) == 0
+    assert (forced["result"], forced["events"]) == (True, [{"event": "complete", "op": "a", "via": "force"}])
+    assert (responses[1]["result"], responses[1]["events"]) == (False, [])
+    assert responses[4] == {"seq": 4, "result": None, "events": []}
+
+
+def test_a_classpath_without_kafka_is_a_clear_error(tmp_path):
+    result = subprocess.run([str(EXAMPLE / "run.sh"), str(tmp_path)], capture_output=True, text=True,
+                            env={**os.environ, "KPURGATORY_CACHE": str(tmp_path / "cache")})
+    assert result.returncode == 3
+    assert f"the adapter does not compile against {tmp_path}" in result.stderr
