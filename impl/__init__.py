@@ -2,14 +2,54 @@
 
     from kpurgatory.impl import DelayedOperation, DelayedOperationPurgatory, SystemTimer
 
-It is the library twin of `kpurgatory.model` (same names, same semantics, checked by the conformance suite). See
-`kpurgatory.impl.timer` and `kpurgatory.impl.purgatory` for the design.
+It is the library twin of `kpurgatory.model` (same names, same semantics, checked by the conformance suite). Two
+implementations share that API: ``compiled`` (the default: the wheels, buckets, delay queue and watch lists in C,
+`kpurgatory.impl.compiled`) and ``python`` (pure Python, `kpurgatory.impl.timer` and `kpurgatory.impl.purgatory`,
+which explain the design). ``KPURGATORY_IMPL=python`` in the environment selects the pure-Python one for
+``kpurgatory.impl``'s names; `implementation` gives either explicitly.
 """
 
-from kpurgatory.impl.purgatory import DelayedOperation, DelayedOperationPurgatory, EmptyKeysError
-from kpurgatory.impl.timer import SystemTimer, TimerDomainError, TimerTask, VirtualClock
+from __future__ import annotations
+
+import os
+from types import SimpleNamespace
+
+from kpurgatory.impl.purgatory import EmptyKeysError
+from kpurgatory.impl.timer import TimerDomainError, VirtualClock
+
+IMPLEMENTATIONS = ("compiled", "python")
+#: the environment variable that selects the implementation behind this package's names
+SELECTOR = "KPURGATORY_IMPL"
+
+
+def implementation(name: str) -> SimpleNamespace:
+    """The classes of one implementation: ``name``, ``SystemTimer``, ``TimerTask``, ``DelayedOperation`` and
+    ``DelayedOperationPurgatory``."""
+    if name == "compiled":
+        try:
+            from kpurgatory.impl import compiled as module
+        except ImportError as error:
+            raise ImportError(f"kpurgatory.impl's compiled core is not built ({error}); reinstall the package "
+                              f"(pip install -e .) or set {SELECTOR}=python") from error
+    elif name == "python":
+        from kpurgatory.impl import purgatory, timer
+        module = SimpleNamespace(SystemTimer=timer.SystemTimer, TimerTask=timer.TimerTask,
+                                 DelayedOperation=purgatory.DelayedOperation,
+                                 DelayedOperationPurgatory=purgatory.DelayedOperationPurgatory)
+    else:
+        raise ValueError(f"{SELECTOR}: unknown implementation {name!r} (expected one of {', '.join(IMPLEMENTATIONS)})")
+    return SimpleNamespace(name=name, SystemTimer=module.SystemTimer, TimerTask=module.TimerTask,
+                           DelayedOperation=module.DelayedOperation,
+                           DelayedOperationPurgatory=module.DelayedOperationPurgatory)
+
+
+SELECTED = implementation(os.environ.get(SELECTOR, "compiled"))
+SystemTimer = SELECTED.SystemTimer
+TimerTask = SELECTED.TimerTask
+DelayedOperation = SELECTED.DelayedOperation
+DelayedOperationPurgatory = SELECTED.DelayedOperationPurgatory
 
 __all__ = [
-    "DelayedOperation", "DelayedOperationPurgatory", "EmptyKeysError",
-    "SystemTimer", "TimerDomainError", "TimerTask", "VirtualClock",
+    "DelayedOperation", "DelayedOperationPurgatory", "EmptyKeysError", "IMPLEMENTATIONS", "SystemTimer",
+    "TimerDomainError", "TimerTask", "VirtualClock", "implementation",
 ]

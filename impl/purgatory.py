@@ -59,7 +59,9 @@ import logging
 import threading
 from typing import Callable, Hashable, Iterable
 
-from kpurgatory.impl.timer import ErrorHook, Reaper, SystemTimer, TimerTask, check_expiration, log_error
+from kpurgatory.impl.timer import (
+    ErrorHook, Reaper, SystemTimer, TimerBase, TimerTask, check_expiration, log_error,
+)
 from kpurgatory.model.vocabulary import INT_MAX
 
 logger = logging.getLogger("kpurgatory.impl")
@@ -73,12 +75,14 @@ _COMPLETION_LOCKS = tuple(threading.Lock() for _ in range(64))
 # ---------------------------------------------------------------------------------------------------------------
 
 
-class DelayedOperation(TimerTask):
-    """An operation that completes exactly once: when ``try_complete`` finds its condition true, when it times out
-    (``on_complete`` then ``on_expiration``), or when somebody calls ``force_complete``. ``lock`` guards
-    ``try_complete``; pass one to share it with other state (Kafka's Optional<Lock> constructor)."""
+class OperationProtocol:
+    """What makes a timer task a delayed operation, whichever implementation's `TimerTask` it is mixed into (the
+    concrete class declares the ``completed`` and ``lock`` slots): an operation that completes exactly once: when
+    ``try_complete`` finds its condition true, when it times out (``on_complete`` then ``on_expiration``), or when
+    somebody calls ``force_complete``. ``lock`` guards ``try_complete``; pass one to share it with other state (Kafka's
+    Optional<Lock> constructor)."""
 
-    __slots__ = ("completed", "lock")
+    __slots__ = ()
 
     def __init__(self, delay_ms: int, lock: threading.RLock | threading.Lock | None = None):
         super().__init__(delay_ms)
@@ -133,6 +137,11 @@ class DelayedOperation(TimerTask):
             self.on_expiration()
 
 
+class DelayedOperation(OperationProtocol, TimerTask):
+    __doc__ = OperationProtocol.__doc__
+    __slots__ = ("completed", "lock")
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # DelayedOperationPurgatory
 # ---------------------------------------------------------------------------------------------------------------
@@ -155,10 +164,12 @@ class WatcherList:
 
 
 class DelayedOperationPurgatory:
-    """The purgatory. Without a ``timer`` it makes a real-clock `SystemTimer` and runs its own reaper thread (timer
+    """The purgatory. Without a ``timer`` it makes a real-clock ``timer_class`` and runs its own reaper thread (timer
     advance, then the purge check); with a virtual timer it makes no thread and `advance_to` drives it."""
 
-    def __init__(self, name: str = "purgatory", *, purge_interval: int = 1000, timer: SystemTimer | None = None,
+    timer_class: type[TimerBase] = SystemTimer
+
+    def __init__(self, name: str = "purgatory", *, purge_interval: int = 1000, timer: TimerBase | None = None,
                  shards: int = 64, on_error: ErrorHook | None = None):
         if not isinstance(purge_interval, int) or isinstance(purge_interval, bool) \
                 or not 0 <= purge_interval <= INT_MAX:
@@ -169,7 +180,7 @@ class DelayedOperationPurgatory:
         self.purge_interval = purge_interval
         self.on_error = on_error if on_error is not None else log_error
         if timer is None:
-            timer = SystemTimer(name=name, reaper=False, on_error=self.on_error)
+            timer = self.timer_class(name=name, reaper=False, on_error=self.on_error)
         elif timer.has_reaper:
             raise ValueError("the timer runs its own reaper; build it with reaper=False, the purgatory reaps it")
         self.timer = timer

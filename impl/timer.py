@@ -55,6 +55,7 @@ import heapq
 import itertools
 import logging
 import queue
+import sys
 import threading
 import time
 from typing import Callable, Iterable, Iterator
@@ -74,6 +75,22 @@ ErrorHook = Callable[[BaseException, object], None]
 def log_error(error: BaseException, source: object) -> None:
     """The default error hook: user code failed in a reaper, executor or check walk; log it and carry on."""
     logger.error("callback of %r raised", source, exc_info=error)
+
+
+def report_unreported(error: BaseException, source: object) -> None:
+    """The last resort when an error hook itself raised: log it (never raises)."""
+    try:
+        logger.critical("error hook failed while reporting an error of %r", source, exc_info=error)
+    except BaseException:  # noqa: BLE001 - logging is broken too: the interpreter's own hook prints it
+        sys.unraisablehook(sys.UnraisableHookArgs(type(error), error, error.__traceback__, None, source))
+
+
+def report(on_error: ErrorHook, error: BaseException, source: object) -> None:
+    """Give ``error`` to the hook; if the hook raises, `report_unreported` gets the hook's error."""
+    try:
+        on_error(error, source)
+    except BaseException as hook_error:  # noqa: BLE001 - a broken hook must not take its caller down
+        report_unreported(hook_error, source)
 
 
 def monotonic_ms() -> int:
@@ -141,6 +158,12 @@ class TimerTask:
                         entry.bucket.remove(entry)
                     return
             entry = self.entry  # re-added meanwhile: cancel the new entry instead
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether the task is in a timer's bucket (pending)."""
+        entry = self.entry
+        return entry is not None and entry.bucket is not None
 
     def set_timer_task_entry(self, entry: TimerTaskEntry) -> None:
         """A task has at most one live entry: a new one evicts the old. The caller holds the entry's lock."""
@@ -369,36 +392,62 @@ class TimingWheel:
 
 
 class TaskExecutor:
-    """Kafka's one-thread executor: runs handed-off expired entries in order, off the reaper's thread."""
+    """Kafka's one-thread executor: runs handed-off expired batches in order, off the reaper's thread.
 
-    def __init__(self, name: str, run: Callable[[Iterable[TimerTaskEntry]], None]):
+    Nothing a task does can stop it: ``run`` reports every failure of user code itself, and anything that still
+    escapes (a bug, or the last-resort report failing) is logged and the loop goes on with the next batch. A task
+    that blocks stalls the tasks handed over after it (their expiry is late by as long as it blocks), as in Kafka.
+    `close` gives the executor a bounded time to finish; what it has not reached by then is claimed back and
+    returned, so a stuck task cannot make shutdown lose the tasks queued behind it."""
+
+    def __init__(self, name: str, run: Callable[[list], None]):
         self._batches: queue.SimpleQueue = queue.SimpleQueue()
         self._run = run
+        self.current: list | None = None  # the batch being run, for close to claim what it has not reached
         self.thread = threading.Thread(target=self._loop, name=f"executor-{name}", daemon=True)
         self.thread.start()
 
-    def submit(self, entries: Iterable[TimerTaskEntry]) -> None:
-        self._batches.put(entries)
+    def submit(self, batch: list) -> None:
+        self._batches.put(batch)
 
     def _loop(self) -> None:
         while (batch := self._batches.get()) is not None:
-            self._run(batch)
+            self.current = batch
+            try:
+                self._run(batch)
+            except BaseException as error:  # noqa: BLE001 - the executor must outlive any bug it meets
+                report_unreported(error, self)
+            self.current = None
 
-    def close(self, timeout_s: float = EXECUTOR_CLOSE_S) -> None:
-        """Let the batches already handed over run, then stop."""
+    def close(self, timeout_s: float = EXECUTOR_CLOSE_S) -> list:
+        """Let the batches already handed over run, then stop. Returns the batches it did not finish in time (the
+        caller claims the tasks in them that did not run)."""
         self._batches.put(None)
-        if threading.current_thread() is not self.thread:
-            self.thread.join(timeout_s)
-            if self.thread.is_alive():
-                logger.warning("%s still running a task after %.1f s; abandoning it", self.thread.name, timeout_s)
+        if threading.current_thread() is self.thread:
+            return []
+        self.thread.join(timeout_s)
+        if not self.thread.is_alive():
+            return []
+        logger.warning("%s still running a task after %.1f s; abandoning it", self.thread.name, timeout_s)
+        left = [self.current] if self.current is not None else []
+        while True:
+            try:
+                batch = self._batches.get_nowait()
+            except queue.Empty:
+                break
+            if batch is not None:
+                left.append(batch)
+        self._batches.put(None)  # if the stuck task ever returns, the thread ends
+        return left
 
 
 class Reaper:
     """Kafka's ExpiredOperationReaper / SystemTimerReaper: a daemon thread calling ``work(REAPER_POLL_MS)`` until
-    stopped. ``work`` waits inside the timer's delay queue, so `stop` interrupts that wait. An exception escaping
-    ``work`` is reported and the loop goes on (Kafka's reaper thread would die)."""
+    stopped. ``work`` waits inside the timer's delay queue, so `stop` interrupts that wait. Anything escaping
+    ``work`` is reported and the loop goes on (Kafka's reaper thread would die); if the report itself fails, that is
+    logged."""
 
-    def __init__(self, name: str, work: Callable[[int], object], timer: SystemTimer, on_error: ErrorHook):
+    def __init__(self, name: str, work: Callable[[int], object], timer: TimerBase, on_error: ErrorHook):
         self._work = work
         self._timer = timer
         self._on_error = on_error
@@ -410,8 +459,8 @@ class Reaper:
         while not self._stopping:
             try:
                 self._work(REAPER_POLL_MS)
-            except Exception as error:  # noqa: BLE001 - the reaper must outlive any bug it meets
-                self._on_error(error, self)
+            except BaseException as error:  # noqa: BLE001 - the reaper must outlive any bug it meets
+                report(self._on_error, error, self)
 
     def stop(self) -> None:
         self._stopping = True
@@ -451,8 +500,11 @@ def validate_timer_params(tick_ms: int, wheel_size: int, start_ms: int) -> None:
         raise TimerDomainError("invalid_params", "tick_ms * wheel_size must not exceed Long.MAX_VALUE")
 
 
-class SystemTimer:
-    """SystemTimer(tickMs, wheelSize, startMs) over a clock.
+class TimerBase:
+    """What every SystemTimer shares, whatever holds its wheels (this module's classes or the compiled core): the
+    clock, the domain checks, the error hook, the executor and reaper threads, shutdown and the context manager.
+    Subclasses build their wheels in `_build` and define ``add``, ``advance_clock``, ``_run_expired``,
+    ``_drop_pending``, ``_claim`` and the read-outs.
 
     With the default clock (real monotonic ms) the timer owns an executor thread and, unless ``reaper=False``, a
     reaper thread; call `shutdown` to stop them (or use the timer as a context manager). With a `VirtualClock`
@@ -468,25 +520,55 @@ class SystemTimer:
         self.tick_ms = tick_ms
         self.wheel_size = wheel_size
         self.virtual = isinstance(clock, VirtualClock)
-        self._now = clock.now if self.virtual else self.clock  # a bound method is cheaper to call than __call__
         self.on_error = on_error if on_error is not None else log_error
-        self._lock = threading.Lock()
-        self.counter = TaskCounter()
-        self.queue = DelayQueue(self._lock)
-        self.timing_wheel = TimingWheel(tick_ms, wheel_size, start, self.queue, self.counter)
-        self._closed = False
+        self._build(start)
         self._executor = None if self.virtual else TaskExecutor(name, self._run_expired)
-        self._hand_off = self._run_expired if self._executor is None else self._executor.submit
+        if self._executor is not None:
+            self._hand_off = self._executor.submit
         self._reaper = Reaper(name, self.advance_clock, self, self.on_error) if reaper and not self.virtual else None
 
+    def _build(self, start_ms: int) -> None:
+        raise NotImplementedError
+
     @classmethod
-    def virtual(cls, tick_ms: int = 1, wheel_size: int = 20, start_ms: int = 0, **kwargs) -> SystemTimer:
+    def virtual(cls, tick_ms: int = 1, wheel_size: int = 20, start_ms: int = 0, **kwargs) -> TimerBase:
         """A deterministic, thread-free timer whose clock starts at ``start_ms`` and moves only by `advance_to`."""
         return cls(tick_ms, wheel_size, start_ms, clock=VirtualClock(start_ms), **kwargs)
 
     @property
     def has_reaper(self) -> bool:
         return self._reaper is not None
+
+    def shutdown(self) -> list[TimerTask]:
+        """Stop the reaper, let the executor finish what it was handed (for up to `EXECUTOR_CLOSE_S`), and drop
+        every pending task, neither run nor cancelled. Returns the dropped tasks, and those handed to an executor
+        that did not reach them in time (a task blocking it): an accepted task always runs, is cancelled, or is
+        returned here. Idempotent."""
+        if self._reaper is not None:
+            self._reaper.stop()
+        unrun = []
+        if self._executor is not None:
+            unrun = [task for batch in self._executor.close() for task in self._claim(batch)]
+        return unrun + self._drop_pending()
+
+    def __enter__(self) -> TimerBase:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.shutdown()
+
+
+class SystemTimer(TimerBase):
+    """SystemTimer(tickMs, wheelSize, startMs) over a clock, in pure Python (see `TimerBase`)."""
+
+    def _build(self, start_ms: int) -> None:
+        self._now = self.clock.now if self.virtual else self.clock  # a bound method is cheaper to call
+        self._lock = threading.Lock()
+        self.counter = TaskCounter()
+        self.queue = DelayQueue(self._lock)
+        self.timing_wheel = TimingWheel(self.tick_ms, self.wheel_size, start_ms, self.queue, self.counter)
+        self._closed = False
+        self._hand_off = self._run_expired
 
     # --- scheduling -------------------------------------------------------------------------------------------
 
@@ -547,15 +629,30 @@ class SystemTimer:
         return self.advance_clock()
 
     def _run_expired(self, entries: Iterable[TimerTaskEntry]) -> None:
-        """Run expired entries in order, skipping any cancelled or re-added since the hand-off."""
+        """Run expired entries in order, skipping any cancelled or re-added since the hand-off (or claimed back by
+        shutdown). Whatever a task raises (SystemExit included) goes to ``on_error`` and the batch goes on. If
+        ``on_error`` raises too: on an executor thread that is logged; inline (virtual clock), the first such error
+        is raised to the caller once the batch is done."""
+        failure = None
         for entry in entries:
-            task = entry.task
-            if task.entry is entry:
+            with self._lock:  # the claim: exactly one of this run and shutdown takes the entry
+                task = entry.task
+                if task is None or task.entry is not entry:
+                    entry.task = None  # spent for good: break the task <-> entry cycle so refcounting frees both
+                    continue
+                entry.task = None
+            try:
+                task.run()
+            except BaseException as error:  # noqa: BLE001 - one failing task must not stop the others
                 try:
-                    task.run()
-                except Exception as error:  # noqa: BLE001 - one failing task must not stop the others
                     self.on_error(error, task)
-            entry.task = None  # spent for good: break the task <-> entry cycle so refcounting frees both
+                except BaseException as hook_error:  # noqa: BLE001
+                    if self._executor is not None:
+                        report_unreported(hook_error, task)
+                    elif failure is None:
+                        failure = hook_error
+        if failure is not None:
+            raise failure
 
     def interrupt(self) -> None:
         """Wake a reaper waiting in `advance_clock` (so it can see it is being stopped)."""
@@ -600,20 +697,19 @@ class SystemTimer:
 
     # --- shutdown ---------------------------------------------------------------------------------------------
 
-    def shutdown(self) -> list[TimerTask]:
-        """Stop the reaper, let the executor finish what it was handed, and drop every pending task (neither run nor
-        cancelled: their ``entry`` still names the dropped entry). Returns the dropped tasks. Idempotent."""
-        if self._reaper is not None:
-            self._reaper.stop()
-        if self._executor is not None:
-            self._executor.close()
+    def _drop_pending(self) -> list[TimerTask]:
         with self._lock:
             self._closed = True
             return [entry.task for wheel in self.timing_wheel.levels() for bucket in wheel.buckets
                     for entry in bucket.flush()]
 
-    def __enter__(self) -> SystemTimer:
-        return self
-
-    def __exit__(self, *exc_info: object) -> None:
-        self.shutdown()
+    def _claim(self, entries: list[TimerTaskEntry]) -> list[TimerTask]:
+        """The tasks of a hand-off the executor did not run, taken back so that it never will."""
+        claimed = []
+        for entry in entries:
+            with self._lock:
+                task = entry.task
+                if task is not None and task.entry is entry:
+                    entry.task = None
+                    claimed.append(task)
+        return claimed

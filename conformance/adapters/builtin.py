@@ -1,6 +1,7 @@
 """The in-process adapter for kpurgatory.impl: each vocabulary command becomes one call into the library.
 
-``factory()`` returns a `SystemUnderTest` running impl's timer and purgatory in virtual-clock mode (the same code as
+``factory()`` returns a `SystemUnderTest` running impl's timer and purgatory (the implementation ``kpurgatory.impl``
+selects: compiled, or pure Python with ``KPURGATORY_IMPL=python``) in virtual-clock mode (the same code as
 the threaded mode, with the clock injected and expired tasks run inline), so a run is deterministic. The adapter is
 thread-safe, as the concurrent check needs: events and the route of a completion are kept per thread, because
 ``on_complete`` runs in the thread whose ``force_complete`` won and so belongs to that thread's command.
@@ -19,8 +20,9 @@ import functools
 import threading
 
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
-from kpurgatory.impl.purgatory import DelayedOperation, DelayedOperationPurgatory, EmptyKeysError, checked_keys
-from kpurgatory.impl.timer import SystemTimer, TimerDomainError, TimerTask
+from kpurgatory.impl import SELECTED, DelayedOperation, DelayedOperationPurgatory, SystemTimer, TimerTask
+from kpurgatory.impl.purgatory import EmptyKeysError, checked_keys
+from kpurgatory.impl.timer import TimerDomainError
 from kpurgatory.model import CommandError
 from kpurgatory.model import vocabulary as v
 
@@ -107,7 +109,7 @@ class BuiltinAdapter:
             self.current.route = outer
 
     def hello(self) -> Hello:
-        return Hello(implementation="kpurgatory.impl", profiles=v.PROFILES, features=v.OPTIONAL)
+        return Hello(implementation=f"kpurgatory.impl ({SELECTED.name})", profiles=v.PROFILES, features=v.OPTIONAL)
 
     def init(self, profile: str, params: v.Params) -> None:
         if profile not in v.PROFILES:

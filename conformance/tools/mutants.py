@@ -32,6 +32,7 @@ from kpurgatory.conformance.check.sequential import DEFAULT_EXAMPLES, CheckResul
 from kpurgatory.conformance.check.concurrent import ConcurrentResult, run_concurrent_check
 from kpurgatory.conformance.adapters.sut import Hello
 from kpurgatory.conformance.traces.codec import write_traces
+from kpurgatory.impl import SELECTED
 from kpurgatory.impl.purgatory import DelayedOperationPurgatory, checked_keys
 from kpurgatory.impl.timer import DelayQueue, SystemTimer, TimerTaskList, TimingWheel
 from kpurgatory.model import vocabulary as v
@@ -82,7 +83,8 @@ class MutantAdapter(BuiltinAdapter):
     purgatory_class: ClassVar[type[DelayedOperationPurgatory]] = DelayedOperationPurgatory
 
     def hello(self) -> Hello:
-        return attrs.evolve(super().hello(), implementation=f"kpurgatory.impl with mutant {self.mutant.id}")
+        return attrs.evolve(super().hello(), implementation=f"kpurgatory.impl ({SELECTED.name}) with mutant "
+                                                            f"{self.mutant.id}")
 
     def init(self, profile: str, params: v.Params) -> None:
         super().init(profile, params)  # validates the params and discards the previous run
@@ -120,8 +122,22 @@ class Mutant:
 
 @functools.cache
 def adapter_class(mutant: Mutant) -> type[MutantAdapter]:
-    """The `MutantAdapter` with ``mutant.component`` in its slot: calling it makes a fresh system under test."""
+    """The `MutantAdapter` with ``mutant.component`` in its slot: calling it makes a fresh system under test.
+
+    On the compiled implementation the timer's buckets, wheels, queue and task links are C, which Python subclasses
+    cannot reach: a timer mutant there is the same bug seeded in the C core (its ``faults`` bit of the same name),
+    and the purgatory's and the ops' mutants are the same subclasses as on the pure-Python implementation."""
     slot = next(SLOTS[kind] for kind in SLOTS if issubclass(mutant.component, kind))
+    if SELECTED.name == "compiled":
+        from kpurgatory.impl.compiled import FAULTS  # every timer mutant has its fault, by the same id
+
+        fault = FAULTS.get(mutant.id, 0) if mutant.profile == "timer" else 0
+        timer = type("Timer", (SELECTED.SystemTimer,), {"faults": fault})
+        chosen = {} if fault else {slot: mutant.component}
+        return type(f"Mutant_{mutant.id}", (MutantAdapter,), {
+            "mutant": mutant, "timer_class": timer,
+            **{name: chosen[name] for name in ("purgatory_class", "operation_class", "task_class") if name in chosen},
+        })
     chosen = {slot: mutant.component}
     wheel = type("Wheel", (chosen.get("wheel_class", Wheel),),
                  {"__slots__": (), "bucket_class": chosen.get("bucket_class", TimerTaskList)})
@@ -321,7 +337,7 @@ class RewatchKeepsDeadline(DelayedOperationPurgatory):
     """Watching an op that is still in the timer keeps its first deadline instead of restarting it."""
 
     def _add_to_timer(self, op) -> None:
-        if op.entry is None or op.entry.bucket is None:
+        if not op.scheduled:
             super()._add_to_timer(op)
 
 

@@ -327,7 +327,7 @@ def test_an_adapter_declaring_the_concurrent_feature_is_checked_through_the_prot
     served = SERVED.replace("stdio ", "stdio --concurrent ")
     result = run_concurrent_check(functools.partial(SubprocessSystem, served), threads=3, runs=5, steps=30, seed=4)
     assert result.passed, result.violations
-    assert result.implementation == "kpurgatory.impl" and result.calls > 5 * 3 * 30
+    assert result.implementation.startswith("kpurgatory.impl (") and result.calls > 5 * 3 * 30
     outcome = CliRunner().invoke(main, ["check", "--threads", "3", "--examples", "3", "--steps", "20", "--seed", "1",
                                         "--adapter", served, "--out", str(tmp_path)])
     assert outcome.exit_code == 0, outcome.output

@@ -9,8 +9,8 @@ from kpurgatory.conformance.cli import main
 
 
 def test_bench_smoke() -> None:
-    result = CliRunner().invoke(main, ["bench", "--scale", "0.001"])
+    result = CliRunner().invoke(main, ["bench", "--scale", "0.001", "--rounds", "1"])
     assert result.exit_code == 0, result.output
-    for word in ("T1", "T2", "P1", "impl", "model", "heapq", "asyncio", "per-advance cost", "bytes/pending"):
+    for word in ("T1", "T2", "P1", "compiled", "python", "model", "heapq", "asyncio", "per-advance cost", "bytes/pending"):
         assert word in result.output
     assert "FAIL" not in result.output

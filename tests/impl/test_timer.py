@@ -1,4 +1,5 @@
-"""Unit tests of kpurgatory.impl.timer: buckets, wheels, the virtual and the real SystemTimer."""
+"""Unit tests of the timer: the pure-Python buckets and wheels of kpurgatory.impl.timer, then the virtual and the real
+SystemTimer of the implementation under test (``KPURGATORY_IMPL``; test_implementations.py runs this file for each)."""
 
 from __future__ import annotations
 
@@ -6,18 +7,19 @@ import threading
 
 import pytest
 
+from kpurgatory.impl import SystemTimer, TimerTask
+from kpurgatory.impl import timer as python_timer
 from kpurgatory.impl.timer import (
-    LONG_MAX, DelayQueue, SystemTimer, TaskCounter, TimerDomainError, TimerTask, TimerTaskEntry, TimerTaskList,
-    TimingWheel, VirtualClock,
+    LONG_MAX, DelayQueue, TaskCounter, TimerDomainError, TimerTaskEntry, TimerTaskList, TimingWheel, VirtualClock,
 )
 
 WAIT_S = 10  # generous bound for real-clock waits; never a timing assertion
 
 
-class Recorder(TimerTask):
+class Recording:
     """Records (name, clock at run) into a shared list."""
 
-    __slots__ = ("name", "log", "clock")
+    __slots__ = ()
 
     def __init__(self, name: str, delay_ms: int, log: list, clock=lambda: None):
         super().__init__(delay_ms)
@@ -25,6 +27,16 @@ class Recorder(TimerTask):
 
     def run(self) -> None:
         self.log.append((self.name, self.clock()))
+
+
+class Recorder(Recording, TimerTask):
+    __slots__ = ("name", "log", "clock")
+
+
+class PythonRecorder(Recording, python_timer.TimerTask):
+    """For the pure-Python buckets and wheels, which the compiled core does not expose."""
+
+    __slots__ = ("name", "log", "clock")
 
 
 def fresh_entry(task: TimerTask, expiration_ms: int, lock: threading.Lock) -> TimerTaskEntry:
@@ -40,7 +52,7 @@ def test_lists_share_one_counter_and_re_adding_moves_entries() -> None:
     """Kafka's TimerTaskListTest.testAll, on the impl's buckets."""
     counter, lock = TaskCounter(), threading.Lock()
     list1, list2, list3 = (TimerTaskList(counter) for _ in range(3))
-    tasks = [Recorder(str(i), 10, []) for i in range(10)]
+    tasks = [PythonRecorder(str(i), 10, []) for i in range(10)]
     for i, task in enumerate(tasks):
         list1.add(fresh_entry(task, 10, lock))
         assert counter.value == i + 1
@@ -63,7 +75,7 @@ def test_lists_share_one_counter_and_re_adding_moves_entries() -> None:
 def test_list_keeps_insertion_order_and_flush_empties_it() -> None:
     counter, lock = TaskCounter(), threading.Lock()
     bucket = TimerTaskList(counter)
-    entries = [fresh_entry(Recorder(str(i), 1, []), 5, lock) for i in range(5)]
+    entries = [fresh_entry(PythonRecorder(str(i), 1, []), 5, lock) for i in range(5)]
     for entry in entries:
         bucket.add(entry)
     bucket.remove(entries[2])  # O(1) unlink from the middle
@@ -88,11 +100,11 @@ def wheel_1000() -> tuple[TimingWheel, DelayQueue, threading.Lock]:
 
 def test_wheel_add_valid_expired_current_tick_and_cancelled() -> None:
     wheel, queue, lock = wheel_1000()
-    assert wheel.add(fresh_entry(Recorder("a", 0, []), 1020, lock))
+    assert wheel.add(fresh_entry(PythonRecorder("a", 0, []), 1020, lock))
     assert len(queue.heap) == 1 and wheel.counter.value == 1
-    assert not wheel.add(fresh_entry(Recorder("b", 0, []), 999, lock))  # expired
-    assert not wheel.add(fresh_entry(Recorder("c", 0, []), 1005, lock))  # inside the current tick
-    cancelled = Recorder("d", 0, [])
+    assert not wheel.add(fresh_entry(PythonRecorder("b", 0, []), 999, lock))  # expired
+    assert not wheel.add(fresh_entry(PythonRecorder("c", 0, []), 1005, lock))  # inside the current tick
+    cancelled = PythonRecorder("d", 0, [])
     entry = fresh_entry(cancelled, 1020, lock)
     cancelled.cancel()
     assert not wheel.add(entry)
@@ -101,10 +113,10 @@ def test_wheel_add_valid_expired_current_tick_and_cancelled() -> None:
 def test_wheel_overflow_created_lazily_and_reused() -> None:
     wheel, queue, lock = wheel_1000()
     assert wheel.overflow_wheel is None
-    assert wheel.add(fresh_entry(Recorder("a", 0, []), 1060, lock))
+    assert wheel.add(fresh_entry(PythonRecorder("a", 0, []), 1060, lock))
     overflow = wheel.overflow_wheel
     assert overflow is not None and (overflow.tick_ms, overflow.current_time_ms) == (50, 1000)
-    assert wheel.add(fresh_entry(Recorder("b", 0, []), 1061, lock))
+    assert wheel.add(fresh_entry(PythonRecorder("b", 0, []), 1061, lock))
     assert wheel.overflow_wheel is overflow and overflow.overflow_wheel is None
 
 
@@ -114,7 +126,7 @@ def test_wheel_advance_rounds_down_and_moves_overflow() -> None:
     assert wheel.current_time_ms == 1000
     wheel.advance_clock(1010)
     assert wheel.current_time_ms == 1010
-    wheel.add(fresh_entry(Recorder("a", 0, []), 1070, lock))
+    wheel.add(fresh_entry(PythonRecorder("a", 0, []), 1070, lock))
     wheel.advance_clock(1060)
     assert (wheel.current_time_ms, wheel.overflow_wheel.current_time_ms) == (1060, 1050)
 
@@ -122,7 +134,7 @@ def test_wheel_advance_rounds_down_and_moves_overflow() -> None:
 def test_bucket_queued_once_per_round() -> None:
     wheel, queue, lock = wheel_1000()
     for i in range(5):
-        wheel.add(fresh_entry(Recorder(str(i), 0, []), 1021, lock))
+        wheel.add(fresh_entry(PythonRecorder(str(i), 0, []), 1021, lock))
     assert len(queue.heap) == 1
 
 
@@ -183,7 +195,7 @@ def test_cancel_and_re_add() -> None:
     timer.add(task)
     assert timer.size() == 1
     task.cancel()
-    assert timer.size() == 0 and task.entry is None
+    assert timer.size() == 0 and not task.scheduled
     task.cancel()  # idempotent
     timer.add(task)
     timer.advance_to(10)

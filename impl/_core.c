@@ -1,0 +1,918 @@
+/* kpurgatory.impl._core: the compiled core of kpurgatory.impl (see kpurgatory/impl/compiled.py for the Python face).
+ *
+ * What is here: the timer task as an intrusive list node, the buckets (circular doubly linked lists with a sentinel),
+ * the hierarchical wheels with their lazily created overflow levels, the delay queue (a binary heap of buckets
+ * ordered by expiration, then offer order), the shared entry counter, and the drain that releases due buckets,
+ * cascades their entries and runs or hands over the expired ones. The wheel is Kafka's TimingWheel; the model
+ * (kpurgatory/model/timer.py) explains it and the pure-Python twin (kpurgatory/impl/timer.py) is the same algorithm
+ * line for line. User code (a task's run, the error hook, the hand-off to an executor) stays Python.
+ *
+ * Thread safety: the GIL is the lock, and every critical section is one C call that cannot give it up.
+ * -----------------------------------------------------------------------------------------------------------------
+ * CPython switches threads only inside Python code or a call that releases the GIL. Each method below touches the
+ * wheels, buckets, heap and counter only in stretches that call no Python code and release nothing:
+ *   - objects that can start a garbage collection (and with it arbitrary finalizers) are allocated before a stretch
+ *     begins (the batch list of a drain), never inside it; growing a list or the heap only reallocates memory;
+ *   - a reference the timer drops is dropped after the structure is consistent again (a deallocation may run
+ *     __del__), or it is moved into a list that keeps the object alive;
+ *   - user code (run, on_error, the executor hand-off, the reaper wake-up) is called between stretches only.
+ * So each stretch is atomic with respect to every other thread, and an add, a cancel, the release of one bucket or
+ * a read-out is linearizable at the point where it runs; this replaces the single timer lock of the pure-Python
+ * implementation. Free-threaded builds of CPython are not supported (the module does not declare itself safe for
+ * them). The drain releases one bucket per stretch and hands its expired tasks over before polling the next, as
+ * Kafka's reaper does; a task run in between sees a consistent timer and may add, cancel or re-add tasks.
+ *
+ * A task's life: IDLE (never added, or cancelled) -> LINKED (in a bucket; the timer holds a reference) -> EXPIRED
+ * (handed over to run) -> DONE (ran, or dropped by shutdown). Re-adding a task moves it to LINKED from any state, and
+ * a cancel moves it to IDLE from any state, so a task handed over and then cancelled or re-added before its turn is
+ * skipped at its turn: the pure-Python implementation's "entry is still the task's current entry" rule.
+ *
+ * Faults: `faults` is a bit set of seeded bugs, zero except under `kpurgatory mutants`, which checks that the
+ * conformance suite kills each one in this code as it does in the pure-Python implementation. Each is one
+ * branch on a field already in cache.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <structmember.h>
+#include <stddef.h>
+
+typedef __int128 i128;
+
+enum { IDLE = 0, LINKED = 1, EXPIRED = 2, DONE = 3 };
+
+enum {
+    F_BUCKET_OFF_BY_ONE = 1 << 0,
+    F_EXPIRED_AT_NEXT_TICK = 1 << 1,
+    F_OVERFLOW_STARTS_AHEAD = 1 << 2,
+    F_FLUSH_HEAD_ONLY = 1 << 3,
+    F_REQUEUED_ON_EVERY_ADD = 1 << 4,
+    F_QUEUED_ONLY_WHEN_NEW = 1 << 5,
+    F_LATE_BY_ONE_MS = 1 << 6,
+    F_MICROSECOND_QUEUE = 1 << 7,
+    F_CANCEL_KEEPS_ENTRY = 1 << 8,
+};
+
+static const struct { const char *name; int bit; } FAULTS[] = {
+    {"bucket_off_by_one", F_BUCKET_OFF_BY_ONE},
+    {"expired_on_add_off_by_one", F_EXPIRED_AT_NEXT_TICK},
+    {"overflow_wrong_start", F_OVERFLOW_STARTS_AHEAD},
+    {"flush_drops_entries", F_FLUSH_HEAD_ONLY},
+    {"requeued_on_every_add", F_REQUEUED_ON_EVERY_ADD},
+    {"requeued_only_when_new", F_QUEUED_ONLY_WHEN_NEW},
+    {"late_by_one_ms", F_LATE_BY_ONE_MS},
+    {"kafka_938_time_unit", F_MICROSECOND_QUEUE},
+    {"cancel_leaves_entry", F_CANCEL_KEEPS_ENTRY},
+};
+
+typedef struct Link { struct Link *prev, *next; } Link;
+typedef struct Bucket Bucket;
+typedef struct Core Core;
+
+typedef struct {
+    PyObject_HEAD
+    Link link;              /* in its bucket's ring while LINKED */
+    Bucket *bucket;
+    long long delay_ms;
+    long long expiration_ms;
+    int state;
+} Task;
+
+#define TASK_OF(l) ((Task *)((char *)(l) - offsetof(Task, link)))
+
+struct Bucket {
+    Link ring;              /* sentinel: ring.next is the head, ring.prev the tail */
+    long long expiration_ms; /* -1 when unused */
+    Core *core;
+    char used;              /* only the requeued_only_when_new fault reads it */
+};
+
+typedef struct Wheel {
+    i128 tick, interval, current; /* wide: upper levels' ticks and intervals pass Long.MAX_VALUE */
+    Py_ssize_t size;
+    Bucket *buckets;
+    struct Wheel *overflow;
+} Wheel;
+
+typedef struct { long long expiration; unsigned long long seq; Bucket *bucket; } HeapItem;
+
+struct Core {
+    PyObject_HEAD
+    Wheel *wheel;
+    HeapItem *heap;
+    Py_ssize_t heap_len, heap_cap;
+    unsigned long long offers;
+    Py_ssize_t count;       /* entries in buckets at every level: Kafka's taskCounter */
+    int faults;
+    int waiters;            /* reaper threads waiting for a bucket (set by the Python side) */
+    char closed;
+    PyObject *virtual_clock; /* a VirtualClock whose now_ms is read directly, or NULL */
+    PyObject *clock;         /* the clock callable */
+    PyObject *on_error;
+    PyObject *hand_off;      /* executor submit, or NULL: run expired tasks inline */
+    PyObject *report;        /* last resort when on_error itself raises, or NULL: re-raise to the caller */
+    PyObject *dict;
+    PyObject *weakrefs;
+};
+
+static PyTypeObject TaskType, CoreType;
+static PyObject *str_run, *str_now_ms, *str_advance_to, *str_wake, *str_timer_domain_error;
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Buckets                                                                                                        */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+static void ring_init(Link *ring) { ring->next = ring->prev = ring; }
+
+static void bucket_link(Bucket *b, Task *t)
+{
+    Link *tail = b->ring.prev;
+    t->link.prev = tail;
+    t->link.next = &b->ring;
+    tail->next = &t->link;
+    b->ring.prev = &t->link;
+    t->bucket = b;
+    b->core->count++;
+}
+
+static void bucket_unlink(Task *t)
+{
+    t->link.prev->next = t->link.next;
+    t->link.next->prev = t->link.prev;
+    t->link.prev = t->link.next = NULL;
+    t->bucket->core->count--;
+    t->bucket = NULL;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* The delay queue                                                                                                */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+static int heap_less(const HeapItem *a, const HeapItem *b)
+{
+    return a->expiration < b->expiration || (a->expiration == b->expiration && a->seq < b->seq);
+}
+
+/* Queue ``b`` at its expiration; returns 2 if it became the earliest, 1 otherwise, -1 on memory error. */
+static int heap_offer(Core *c, Bucket *b)
+{
+    if (c->heap_len == c->heap_cap) {
+        Py_ssize_t cap = c->heap_cap ? c->heap_cap * 2 : 64;
+        HeapItem *grown = PyMem_Realloc(c->heap, cap * sizeof(HeapItem));
+        if (grown == NULL) { PyErr_NoMemory(); return -1; }
+        c->heap = grown;
+        c->heap_cap = cap;
+    }
+    HeapItem item = {b->expiration_ms, c->offers++, b};
+    Py_ssize_t i = c->heap_len++;
+    while (i > 0) {
+        Py_ssize_t parent = (i - 1) / 2;
+        if (!heap_less(&item, &c->heap[parent])) break;
+        c->heap[i] = c->heap[parent];
+        i = parent;
+    }
+    c->heap[i] = item;
+    return i == 0 ? 2 : 1;
+}
+
+static Bucket *heap_pop(Core *c)
+{
+    Bucket *top = c->heap[0].bucket;
+    HeapItem last = c->heap[--c->heap_len];
+    Py_ssize_t i = 0, n = c->heap_len;
+    for (;;) {
+        Py_ssize_t child = 2 * i + 1;
+        if (child >= n) break;
+        if (child + 1 < n && heap_less(&c->heap[child + 1], &c->heap[child])) child++;
+        if (!heap_less(&c->heap[child], &last)) break;
+        c->heap[i] = c->heap[child];
+        i = child;
+    }
+    if (n) c->heap[i] = last;
+    return top;
+}
+
+/* Whether a bucket is due at ``now``, as the queue reads the clock. */
+static int head_due(Core *c, long long now)
+{
+    i128 seen = now;
+    if (c->faults & F_LATE_BY_ONE_MS) seen -= 1;
+    if (c->faults & F_MICROSECOND_QUEUE) seen *= 1000;
+    return c->heap_len && c->heap[0].expiration <= seen;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Wheels                                                                                                         */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+static Wheel *wheel_new(Core *c, i128 tick, Py_ssize_t size, i128 start)
+{
+    Wheel *w = PyMem_Calloc(1, sizeof(Wheel));
+    Bucket *buckets = PyMem_Calloc(size, sizeof(Bucket));
+    if (w == NULL || buckets == NULL) {
+        PyMem_Free(w);
+        PyMem_Free(buckets);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    w->tick = tick;
+    w->size = size;
+    w->interval = tick * size;
+    w->current = start - start % tick;
+    w->buckets = buckets;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        ring_init(&buckets[i].ring);
+        buckets[i].expiration_ms = -1;
+        buckets[i].core = c;
+    }
+    return w;
+}
+
+/* Place a task that is in no bucket (the caller's reference moves into the bucket): 1 placed, 2 placed in a bucket
+ * that became the earliest queued, 0 due now (the caller runs it), -1 error. */
+static int wheel_add(Core *c, Task *t)
+{
+    Wheel *w = c->wheel;
+    i128 expiration = t->expiration_ms;
+    if (expiration < w->current + w->tick) return 0;
+    if ((c->faults & F_EXPIRED_AT_NEXT_TICK) && expiration == w->current + w->tick) return 0;
+    /* Kafka recurses and re-tests "expired" on every level; an overflow wheel's time never passes the time of the
+     * wheel below it, so the test cannot succeed above the first level. */
+    while (expiration >= w->current + w->interval) {
+        if (w->overflow == NULL) {
+            /* created on first use: tick = this wheel's interval, start = this wheel's current time */
+            if ((w->overflow = wheel_new(c, w->interval, w->size, w->current)) == NULL) return -1;
+            if (c->faults & F_OVERFLOW_STARTS_AHEAD) w->overflow->current += w->interval;
+        }
+        w = w->overflow;
+    }
+    i128 virtual_id = expiration / w->tick;
+    Py_ssize_t slot = (Py_ssize_t)(virtual_id % w->size);
+    if (c->faults & F_BUCKET_OFF_BY_ONE) slot = (slot + 1) % w->size;
+    Bucket *b = &w->buckets[slot];
+    bucket_link(b, t);
+    t->state = LINKED;
+    long long bucket_expiration = (long long)(virtual_id * w->tick);
+    int changed = b->expiration_ms != bucket_expiration; /* only then is the bucket (re)queued */
+    b->expiration_ms = bucket_expiration;
+    if (c->faults & F_REQUEUED_ON_EVERY_ADD) changed = 1;
+    if (c->faults & F_QUEUED_ONLY_WHEN_NEW) {
+        changed = changed && !b->used;
+        b->used = 1;
+    }
+    return changed ? heap_offer(c, b) : 1;
+}
+
+static void wheel_advance(Wheel *w, i128 time_ms)
+{
+    for (; w != NULL && time_ms >= w->current + w->tick; w = w->overflow) {
+        w->current = time_ms - time_ms % w->tick;
+        time_ms = w->current;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Running expired tasks                                                                                          */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/* The current exception, normalized, with its traceback attached; the error indicator is cleared. */
+static PyObject *fetch_error(void)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    PyErr_NormalizeException(&type, &value, &traceback);
+    if (traceback != NULL && value != NULL) PyException_SetTraceback(value, traceback);
+    Py_XDECREF(type);
+    Py_XDECREF(traceback);
+    return value;
+}
+
+/* Report the current exception, raised by user code on behalf of ``source``, to on_error. If on_error raises too:
+ * with a ``report`` hook, that gets it (and if even that fails, it is printed as unraisable); without one, the
+ * first such exception is kept in *pending for the caller to raise once the batch is done. */
+static void report_error(Core *c, PyObject *source, PyObject **pending)
+{
+    PyObject *error = fetch_error();
+    PyObject *result = PyObject_CallFunctionObjArgs(c->on_error, error ? error : Py_None, source, NULL);
+    Py_XDECREF(error);
+    if (result != NULL) { Py_DECREF(result); return; }
+    if (c->report != NULL && c->report != Py_None) {
+        PyObject *hook_error = fetch_error();
+        result = PyObject_CallFunctionObjArgs(c->report, hook_error ? hook_error : Py_None, source, NULL);
+        Py_XDECREF(hook_error);
+        if (result == NULL) PyErr_WriteUnraisable(c->report);
+        Py_XDECREF(result);
+    } else if (*pending == NULL) {
+        *pending = fetch_error();
+    } else {
+        PyErr_Clear();
+    }
+}
+
+/* Run the tasks of ``batch`` still EXPIRED, in order; each failure goes to report_error and the batch goes on.
+ * Returns -1 with an exception set if on_error raised and there is no report hook. */
+static int run_batch(Core *c, PyObject *batch)
+{
+    PyObject *pending = NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
+        Task *t = (Task *)PyList_GET_ITEM(batch, i);
+        if (t->state != EXPIRED) continue; /* cancelled or re-added since the hand-off */
+        t->state = DONE;
+        Py_INCREF(t);
+        PyObject *result = PyObject_CallMethodNoArgs((PyObject *)t, str_run);
+        if (result == NULL) report_error(c, (PyObject *)t, &pending);
+        Py_XDECREF(result);
+        Py_DECREF(t);
+    }
+    if (pending != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(pending), pending);
+        Py_DECREF(pending);
+        return -1;
+    }
+    return 0;
+}
+
+static int hand_off(Core *c, PyObject *batch)
+{
+    if (c->hand_off == NULL || c->hand_off == Py_None) return run_batch(c, batch);
+    PyObject *result = PyObject_CallOneArg(c->hand_off, batch);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* TimerTask                                                                                                      */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+static int task_init(Task *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *delay;
+    static char *kwlist[] = {"delay_ms", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:TimerTask", kwlist, &delay)) return -1;
+    if (!PyLong_Check(delay) || PyBool_Check(delay)) {
+        PyErr_Format(PyExc_TypeError, "delay_ms must be an int, got %R", delay);
+        return -1;
+    }
+    long long value = PyLong_AsLongLong(delay);
+    if (value == -1 && PyErr_Occurred()) {
+        PyErr_Clear();
+        PyErr_Format(PyExc_ValueError, "delay_ms must fit a Java long, got %R", delay);
+        return -1;
+    }
+    if (self->state == LINKED) {
+        PyErr_SetString(PyExc_RuntimeError, "a pending task cannot be re-initialized");
+        return -1;
+    }
+    self->delay_ms = value;
+    return 0;
+}
+
+/* Take the task out of its timer; the reference the timer held is returned to the caller to drop once the timer is
+ * consistent (NULL if it held none). */
+static Task *task_detach(Task *t)
+{
+    if (t->bucket == NULL) {
+        t->state = IDLE;
+        return NULL;
+    }
+    if (t->bucket->core->faults & F_CANCEL_KEEPS_ENTRY) {
+        t->state = IDLE; /* forgotten but still linked and counted: dropped when its bucket is flushed */
+        return NULL;
+    }
+    bucket_unlink(t);
+    t->state = IDLE;
+    return t;
+}
+
+static PyObject *task_cancel(Task *self, PyObject *unused)
+{
+    Py_XDECREF(task_detach(self));
+    Py_RETURN_NONE;
+}
+
+static PyObject *task_run(Task *self, PyObject *unused)
+{
+    PyErr_SetString(PyExc_NotImplementedError, "TimerTask subclasses define run()");
+    return NULL;
+}
+
+static PyObject *task_get_scheduled(Task *self, void *closure) { return PyBool_FromLong(self->state == LINKED); }
+
+static PyObject *task_get_expiration(Task *self, void *closure)
+{
+    if (self->state == IDLE) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->expiration_ms);
+}
+
+static void task_dealloc(Task *self)
+{
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef task_methods[] = {
+    {"cancel", (PyCFunction)task_cancel, METH_NOARGS, "Take the task out of its timer (O(1)); a task that is not "
+     "pending is left as it is, except that a turn it was handed over for is skipped."},
+    {"run", (PyCFunction)task_run, METH_NOARGS, "What the timer runs once the delay has passed; define it."},
+    {NULL},
+};
+
+static PyMemberDef task_members[] = {
+    {"delay_ms", T_LONGLONG, offsetof(Task, delay_ms), READONLY, "The delay, in ms, counted from each add."},
+    {NULL},
+};
+
+static PyGetSetDef task_getset[] = {
+    {"scheduled", (getter)task_get_scheduled, NULL, "Whether the task is in a timer's bucket (pending).", NULL},
+    {"expiration_ms", (getter)task_get_expiration, NULL,
+     "The expiration of the task's current scheduling (None if it was never added or was cancelled).", NULL},
+    {NULL},
+};
+
+static PyTypeObject TaskType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kpurgatory.impl._core.TimerTask",
+    .tp_doc = "Something the timer runs once delay_ms has passed; subclasses define run(). An intrusive node: "
+              "scheduling it allocates nothing.",
+    .tp_basicsize = sizeof(Task),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)task_init,
+    .tp_dealloc = (destructor)task_dealloc,
+    .tp_methods = task_methods,
+    .tp_members = task_members,
+    .tp_getset = task_getset,
+};
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* TimerCore: the wheels, the delay queue and the counter; the compiled SystemTimer's base                        */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+static int is_virtual(Core *c) { return c->virtual_clock != NULL && c->virtual_clock != Py_None; }
+
+static long long read_clock(Core *c, int *ok)
+{
+    PyObject *now = is_virtual(c) ? PyObject_GetAttr(c->virtual_clock, str_now_ms)
+                                             : PyObject_CallNoArgs(c->clock);
+    *ok = 0;
+    if (now == NULL) return 0;
+    long long value = PyLong_AsLongLong(now);
+    Py_DECREF(now);
+    if (value == -1 && PyErr_Occurred()) return 0;
+    *ok = 1;
+    return value;
+}
+
+static int core_ready(Core *c)
+{
+    if (c->wheel == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the timer core is not set up");
+        return 0;
+    }
+    return 1;
+}
+
+static PyObject *core_setup(Core *self, PyObject *args, PyObject *kwds)
+{
+    long long tick, size, start;
+    int faults = 0;
+    static char *kwlist[] = {"tick_ms", "wheel_size", "start_ms", "faults", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "LLL|i:_setup_core", kwlist, &tick, &size, &start, &faults))
+        return NULL;
+    if (self->wheel != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the timer core is already set up");
+        return NULL;
+    }
+    self->faults = faults;
+    self->wheel = wheel_new(self, tick, (Py_ssize_t)size, start);
+    if (self->wheel == NULL) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *domain_error(const char *code, PyObject *message)
+{
+    PyObject *module = PyImport_ImportModule("kpurgatory.impl.timer");
+    if (module == NULL) return NULL;
+    PyObject *cls = PyObject_GetAttr(module, str_timer_domain_error);
+    Py_DECREF(module);
+    if (cls == NULL) return NULL;
+    PyObject *error = PyObject_CallFunction(cls, "sO", code, message);
+    Py_DECREF(cls);
+    if (error != NULL) {
+        PyErr_SetObject((PyObject *)Py_TYPE(error), error);
+        Py_DECREF(error);
+    }
+    return NULL;
+}
+
+/* Schedule ``t`` at now + delay. Returns -1 on error (raised), else 0. */
+static int core_schedule(Core *c, Task *t)
+{
+    if (c->closed) {
+        PyErr_SetString(PyExc_RuntimeError, "the timer is shut down");
+        return -1;
+    }
+    int ok;
+    long long now = read_clock(c, &ok);
+    if (!ok) return -1;
+    long long expiration;
+    if (__builtin_add_overflow(now, t->delay_ms, &expiration)) {
+        if (t->delay_ms < 0) {
+            expiration = LLONG_MIN; /* below any time: due now */
+        } else {
+            PyObject *message = PyUnicode_FromFormat(
+                "delay_ms=%lld at now=%lld gives an expiration > Long.MAX_VALUE (%lld)", t->delay_ms, now, LLONG_MAX);
+            if (message != NULL) domain_error("delay_out_of_range", message);
+            Py_XDECREF(message);
+            return -1;
+        }
+    }
+    PyObject *batch = PyList_New(0); /* allocated before the stretch: it may trigger a collection */
+    if (batch == NULL) return -1;
+    /* --- atomic stretch: a task has at most one scheduling; the new one evicts the old (the reference moves) --- */
+    if (t->bucket != NULL) bucket_unlink(t); /* linked even if forgotten (cancel_leaves_entry): evicted */
+    else Py_INCREF(t);
+    t->expiration_ms = expiration;
+    int placed = wheel_add(c, t);
+    if (placed == 0) t->state = EXPIRED;
+    /* --- end of stretch --- */
+    int result = 0;
+    if (placed < 0) {
+        t->state = IDLE;
+        Py_DECREF(t);
+        result = -1;
+    } else if (placed == 0) {
+        if (PyList_Append(batch, (PyObject *)t) < 0) result = -1; /* Kafka: taskExecutor.submit(task) */
+        Py_DECREF(t);
+        if (result == 0) result = hand_off(c, batch);
+    } else if (placed == 2 && c->waiters > 0) { /* a new earliest bucket: the reaper's wait is too long now */
+        PyObject *woken = PyObject_CallMethodNoArgs((PyObject *)c, str_wake);
+        if (woken == NULL) result = -1;
+        Py_XDECREF(woken);
+    }
+    Py_DECREF(batch);
+    return result;
+}
+
+static PyObject *core_add(Core *self, PyObject *task)
+{
+    if (!core_ready(self)) return NULL;
+    if (!PyObject_TypeCheck(task, &TaskType)) {
+        PyErr_Format(PyExc_TypeError, "expected a TimerTask of kpurgatory.impl's compiled core, got %R", task);
+        return NULL;
+    }
+    if (core_schedule(self, (Task *)task) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* Release every bucket due by the clock, earliest first, one stretch per bucket; returns whether any was. */
+static int core_drain(Core *c)
+{
+    int released = 0;
+    for (;;) {
+        int ok;
+        long long now = read_clock(c, &ok);
+        if (!ok) return -1;
+        if (!head_due(c, now)) return released; /* nothing due: no allocation at all */
+        PyObject *batch = PyList_New(0);
+        if (batch == NULL) return -1;
+        /* --- atomic stretch: poll, advance the wheels, flush the bucket and re-insert its entries --- */
+        if (!head_due(c, now)) { /* the allocation let another thread in */
+            Py_DECREF(batch);
+            return released;
+        }
+        Bucket *b = heap_pop(c);
+        wheel_advance(c->wheel, b->expiration_ms);
+        Link *link = b->ring.next;
+        ring_init(&b->ring);
+        b->expiration_ms = -1;
+        int failed = 0, first = 1;
+        while (link != &b->ring) {
+            Task *t = TASK_OF(link);
+            link = link->next;
+            t->link.prev = t->link.next = NULL;
+            t->bucket = NULL;
+            c->count--;
+            int placed;
+            if (t->state != LINKED) {
+                placed = 0; /* forgotten by a cancel (cancel_leaves_entry): skipped at its turn */
+            } else if ((c->faults & F_FLUSH_HEAD_ONLY) && !first) {
+                t->state = DONE;
+                placed = 0;
+            } else {
+                placed = failed ? 0 : wheel_add(c, t);
+                if (placed == 0) t->state = EXPIRED;
+            }
+            first = 0;
+            if (placed < 0) {
+                failed = 1;
+                t->state = IDLE;
+                placed = 0;
+            }
+            if (placed == 0) { /* the reference moves into the batch */
+                if (PyList_Append(batch, (PyObject *)t) < 0) failed = 1;
+                Py_DECREF(t);
+            }
+        }
+        /* --- end of stretch --- */
+        released = 1;
+        if (!failed && PyList_GET_SIZE(batch) > 0) failed = hand_off(c, batch) < 0;
+        Py_DECREF(batch);
+        if (failed) return -1;
+    }
+}
+
+static PyObject *core_drain_method(Core *self, PyObject *unused)
+{
+    if (!core_ready(self)) return NULL;
+    int released = core_drain(self);
+    if (released < 0) return NULL;
+    return PyBool_FromLong(released);
+}
+
+static PyObject *core_advance_to(Core *self, PyObject *to_ms)
+{
+    if (!core_ready(self)) return NULL;
+    if (!is_virtual(self)) {
+        PyErr_SetString(PyExc_RuntimeError, "advance_to needs a VirtualClock; the real clock moves by itself");
+        return NULL;
+    }
+    PyObject *moved = PyObject_CallMethodOneArg(self->virtual_clock, str_advance_to, to_ms);
+    if (moved == NULL) return NULL;
+    Py_DECREF(moved);
+    int released = core_drain(self);
+    if (released < 0) return NULL;
+    return PyBool_FromLong(released);
+}
+
+static PyObject *core_run_expired(Core *self, PyObject *batch)
+{
+    if (!PyList_Check(batch)) {
+        PyErr_SetString(PyExc_TypeError, "expected the list of a hand-off");
+        return NULL;
+    }
+    if (run_batch(self, batch) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *core_claim(Core *self, PyObject *batch)
+{
+    if (!PyList_Check(batch)) {
+        PyErr_SetString(PyExc_TypeError, "expected the list of a hand-off");
+        return NULL;
+    }
+    PyObject *claimed = PyList_New(0);
+    if (claimed == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(batch); i++) {
+        Task *t = (Task *)PyList_GET_ITEM(batch, i);
+        if (t->state != EXPIRED) continue;
+        t->state = DONE; /* one stretch: the executor's check-and-mark in run_batch cannot interleave */
+        if (PyList_Append(claimed, (PyObject *)t) < 0) { Py_DECREF(claimed); return NULL; }
+    }
+    return claimed;
+}
+
+static PyObject *core_size(Core *self, PyObject *unused) { return PyLong_FromSsize_t(self->count); }
+
+static PyObject *core_next_expiration(Core *self, PyObject *unused)
+{
+    if (!self->heap_len) Py_RETURN_NONE;
+    return PyLong_FromLongLong(self->heap[0].expiration);
+}
+
+static PyObject *core_queued_expirations(Core *self, PyObject *unused)
+{
+    PyObject *result = PyList_New(self->heap_len);
+    if (result == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->heap_len; i++) {
+        PyObject *value = PyLong_FromLongLong(self->heap[i].expiration);
+        if (value == NULL) { Py_DECREF(result); return NULL; }
+        PyList_SET_ITEM(result, i, value);
+    }
+    if (PyList_Sort(result) < 0) { Py_DECREF(result); return NULL; }
+    return result;
+}
+
+static PyObject *pylong_from_i128(i128 value)
+{
+    if (value >= LLONG_MIN && value <= LLONG_MAX) return PyLong_FromLongLong((long long)value);
+    unsigned char bytes[16];
+    for (int i = 0; i < 16; i++) bytes[i] = (unsigned char)((unsigned __int128)value >> (8 * i));
+    return _PyLong_FromByteArray(bytes, 16, 1, 1);
+}
+
+/* The tasks of a bucket, in order (a new list; every call runs in one stretch: it only reads). */
+static PyObject *bucket_tasks(Bucket *b)
+{
+    PyObject *tasks = PyList_New(0);
+    if (tasks == NULL) return NULL;
+    for (Link *l = b->ring.next; l != &b->ring; l = l->next)
+        if (PyList_Append(tasks, (PyObject *)TASK_OF(l)) < 0) { Py_DECREF(tasks); return NULL; }
+    return tasks;
+}
+
+/* [(tick_ms, wheel_size, current_ms, [(slot, expiration_ms, [task, ...]), ...]), ...], finest level first. The
+ * lists are built while the GIL is held throughout: a collection they trigger runs no code that can switch threads
+ * before the snapshot is complete only if no finalizer does; read-outs are for tests and adapters. */
+static PyObject *core_levels(Core *self, PyObject *unused)
+{
+    if (!core_ready(self)) return NULL;
+    PyObject *levels = PyList_New(0);
+    if (levels == NULL) return NULL;
+    for (Wheel *w = self->wheel; w != NULL; w = w->overflow) {
+        PyObject *buckets = PyList_New(0);
+        if (buckets == NULL) goto error;
+        for (Py_ssize_t slot = 0; slot < w->size; slot++) {
+            Bucket *b = &w->buckets[slot];
+            if (b->ring.next == &b->ring) continue;
+            PyObject *tasks = bucket_tasks(b);
+            PyObject *item = tasks ? Py_BuildValue("nLN", slot, b->expiration_ms, tasks) : NULL;
+            if (item == NULL || PyList_Append(buckets, item) < 0) { Py_XDECREF(item); Py_DECREF(buckets); goto error; }
+            Py_DECREF(item);
+        }
+        PyObject *level = Py_BuildValue("NnNN", pylong_from_i128(w->tick), w->size, pylong_from_i128(w->current),
+                                        buckets);
+        if (level == NULL || PyList_Append(levels, level) < 0) { Py_XDECREF(level); goto error; }
+        Py_DECREF(level);
+    }
+    return levels;
+error:
+    Py_DECREF(levels);
+    return NULL;
+}
+
+/* Every pending task, level by level and bucket by bucket; with ``drop`` the buckets are emptied (shutdown: the
+ * tasks are DONE, neither run nor cancelled) and the queue cleared. */
+static PyObject *core_collect(Core *self, int drop)
+{
+    if (!core_ready(self)) return NULL;
+    PyObject *tasks = PyList_New(0);
+    if (tasks == NULL) return NULL;
+    int failed = 0;
+    for (Wheel *w = self->wheel; w != NULL; w = w->overflow) {
+        for (Py_ssize_t slot = 0; slot < w->size; slot++) {
+            Bucket *b = &w->buckets[slot];
+            Link *link = b->ring.next;
+            while (link != &b->ring) {
+                Task *t = TASK_OF(link);
+                link = link->next;
+                if (!failed && PyList_Append(tasks, (PyObject *)t) < 0) failed = 1;
+                if (drop) {
+                    t->link.prev = t->link.next = NULL;
+                    t->bucket = NULL;
+                    self->count--;
+                    if (t->state == LINKED) t->state = DONE;
+                    Py_DECREF(t); /* the list holds it, unless the append failed */
+                }
+            }
+            if (drop) {
+                ring_init(&b->ring);
+                b->expiration_ms = -1;
+            }
+        }
+    }
+    if (drop) self->heap_len = 0;
+    if (failed) { Py_DECREF(tasks); return NULL; }
+    return tasks;
+}
+
+static PyObject *core_pending(Core *self, PyObject *unused) { return core_collect(self, 0); }
+
+static PyObject *core_flush_all(Core *self, PyObject *unused)
+{
+    self->closed = 1;
+    return core_collect(self, 1);
+}
+
+static int core_traverse(Core *self, visitproc visit, void *arg)
+{
+    for (Wheel *w = self->wheel; w != NULL; w = w->overflow)
+        for (Py_ssize_t slot = 0; slot < w->size; slot++)
+            for (Link *l = w->buckets[slot].ring.next; l != &w->buckets[slot].ring; l = l->next)
+                Py_VISIT(TASK_OF(l));
+    Py_VISIT(self->virtual_clock);
+    Py_VISIT(self->clock);
+    Py_VISIT(self->on_error);
+    Py_VISIT(self->hand_off);
+    Py_VISIT(self->report);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int core_clear(Core *self)
+{
+    if (self->wheel != NULL) {
+        PyObject *dropped = core_collect(self, 1);
+        if (dropped == NULL) PyErr_Clear();
+        Py_XDECREF(dropped);
+    }
+    Py_CLEAR(self->virtual_clock);
+    Py_CLEAR(self->clock);
+    Py_CLEAR(self->on_error);
+    Py_CLEAR(self->hand_off);
+    Py_CLEAR(self->report);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void core_dealloc(Core *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    core_clear(self);
+    for (Wheel *w = self->wheel; w != NULL;) {
+        Wheel *next = w->overflow;
+        PyMem_Free(w->buckets);
+        PyMem_Free(w);
+        w = next;
+    }
+    PyMem_Free(self->heap);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef core_methods[] = {
+    {"_setup_core", (PyCFunction)(void (*)(void))core_setup, METH_VARARGS | METH_KEYWORDS,
+     "Build the first wheel: tick_ms, wheel_size, start_ms (validated by the caller), faults."},
+    {"add", (PyCFunction)core_add, METH_O,
+     "Schedule the task at now + its delay; re-adding a pending task moves it (its deadline restarts)."},
+    {"_drain", (PyCFunction)core_drain_method, METH_NOARGS,
+     "Release every bucket due by the clock, earliest first; returns whether any bucket was released."},
+    {"advance_to", (PyCFunction)core_advance_to, METH_O,
+     "Virtual timers only: move the clock to to_ms and release everything due by then."},
+    {"_run_expired", (PyCFunction)core_run_expired, METH_O,
+     "Run a hand-off's tasks in order, skipping those cancelled or re-added since."},
+    {"_claim", (PyCFunction)core_claim, METH_O,
+     "The tasks of a hand-off not run yet, taken back so that the executor never runs them."},
+    {"size", (PyCFunction)core_size, METH_NOARGS, "Entries currently in buckets, at any level (O(1))."},
+    {"_next_expiration", (PyCFunction)core_next_expiration, METH_NOARGS, "The earliest queued expiration, or None."},
+    {"queued_expirations", (PyCFunction)core_queued_expirations, METH_NOARGS,
+     "The delay queue read-out: expirations of the queued buckets, sorted, duplicates kept."},
+    {"_levels", (PyCFunction)core_levels, METH_NOARGS, "The wheels' contents, finest level first."},
+    {"pending", (PyCFunction)core_pending, METH_NOARGS, "The pending tasks."},
+    {"_flush_all", (PyCFunction)core_flush_all, METH_NOARGS,
+     "Close the timer and drop every pending task (neither run nor cancelled); returns them."},
+    {NULL},
+};
+
+static PyMemberDef core_members[] = {
+    {"_virtual_clock", T_OBJECT, offsetof(Core, virtual_clock), 0, "A VirtualClock read directly, or None."},
+    {"clock", T_OBJECT, offsetof(Core, clock), 0, "The clock: a callable returning ms."},
+    {"on_error", T_OBJECT, offsetof(Core, on_error), 0, "on_error(error, source): user code failed."},
+    {"_hand_off", T_OBJECT, offsetof(Core, hand_off), 0, "Executor submit for expired batches, or None: inline."},
+    {"_report", T_OBJECT, offsetof(Core, report), 0, "Last resort when on_error raises, or None: re-raise."},
+    {"_waiters", T_INT, offsetof(Core, waiters), 0, "Reaper threads waiting for a bucket to fall due."},
+    {"_closed", T_BOOL, offsetof(Core, closed), 0, "Shut down: add refuses."},
+    {NULL},
+};
+
+static PyTypeObject CoreType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kpurgatory.impl._core.TimerCore",
+    .tp_doc = "The wheels, buckets, delay queue and counter of a SystemTimer (see kpurgatory.impl.compiled).",
+    .tp_basicsize = sizeof(Core),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)core_dealloc,
+    .tp_traverse = (traverseproc)core_traverse,
+    .tp_clear = (inquiry)core_clear,
+    .tp_methods = core_methods,
+    .tp_members = core_members,
+    .tp_dictoffset = offsetof(Core, dict),
+    .tp_weaklistoffset = offsetof(Core, weakrefs),
+};
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* Module                                                                                                         */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+static struct PyModuleDef core_module = {
+    PyModuleDef_HEAD_INIT, "kpurgatory.impl._core",
+    "The compiled core of kpurgatory.impl: timer tasks, buckets, wheels, delay queue (see kpurgatory.impl.compiled).",
+    -1, NULL,
+};
+
+PyMODINIT_FUNC PyInit__core(void)
+{
+    if ((str_run = PyUnicode_InternFromString("run")) == NULL) return NULL;
+    if ((str_now_ms = PyUnicode_InternFromString("now_ms")) == NULL) return NULL;
+    if ((str_advance_to = PyUnicode_InternFromString("advance_to")) == NULL) return NULL;
+    if ((str_wake = PyUnicode_InternFromString("_wake")) == NULL) return NULL;
+    if ((str_timer_domain_error = PyUnicode_InternFromString("TimerDomainError")) == NULL) return NULL;
+    if (PyType_Ready(&TaskType) < 0 || PyType_Ready(&CoreType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&core_module);
+    if (module == NULL) return NULL;
+    PyObject *faults = PyDict_New();
+    if (faults == NULL) goto error;
+    for (size_t i = 0; i < sizeof(FAULTS) / sizeof(FAULTS[0]); i++) {
+        PyObject *bit = PyLong_FromLong(FAULTS[i].bit);
+        if (bit == NULL || PyDict_SetItemString(faults, FAULTS[i].name, bit) < 0) { Py_XDECREF(bit); goto error; }
+        Py_DECREF(bit);
+    }
+    if (PyModule_AddObject(module, "FAULTS", faults) < 0) goto error;
+    Py_INCREF(&TaskType);
+    if (PyModule_AddObject(module, "TimerTask", (PyObject *)&TaskType) < 0) goto error;
+    Py_INCREF(&CoreType);
+    if (PyModule_AddObject(module, "TimerCore", (PyObject *)&CoreType) < 0) goto error;
+    return module;
+error:
+    Py_DECREF(module);
+    return NULL;
+}
