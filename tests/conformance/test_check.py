@@ -8,6 +8,7 @@ import attrs
 import pytest
 from click.testing import CliRunner
 
+from kpurgatory.impl import SELECTED
 from kpurgatory.conformance.adapters.reference import ModelSystem
 from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.cli import main
@@ -161,7 +162,7 @@ def test_check_command_without_a_target_checks_the_builtin_implementation_on_bot
     result = CliRunner().invoke(main, ["check", "--examples", "2", "--steps", "5", "--seed", "1", "--out",
                                        str(tmp_path)], terminal_width=200)
     assert result.exit_code in (0, 1), result.output
-    assert "checking kpurgatory.impl (timer, purgatory; level exact" in result.output
+    assert f"checking kpurgatory.impl ({SELECTED.name}) (timer, purgatory; level exact" in result.output
 
 
 class TimerOnly(ModelSystem):
