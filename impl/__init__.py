@@ -12,6 +12,7 @@ which explain the design). ``KPURGATORY_IMPL=python`` in the environment selects
 from __future__ import annotations
 
 import os
+import warnings
 from types import SimpleNamespace
 
 from kpurgatory.impl.purgatory import EmptyKeysError
@@ -43,7 +44,17 @@ def implementation(name: str) -> SimpleNamespace:
                            DelayedOperationPurgatory=module.DelayedOperationPurgatory)
 
 
-SELECTED = implementation(os.environ.get(SELECTOR, "compiled"))
+def _default() -> SimpleNamespace:
+    """The compiled implementation, or, if its extension was not built (a source checkout never installed), the
+    pure-Python one with a warning; the test suite fails on that fallback."""
+    try:
+        return implementation("compiled")
+    except ImportError as error:
+        warnings.warn(f"{error}; using the pure-Python implementation", RuntimeWarning, stacklevel=2)
+        return implementation("python")
+
+
+SELECTED = implementation(os.environ[SELECTOR]) if os.environ.get(SELECTOR) else _default()
 SystemTimer = SELECTED.SystemTimer
 TimerTask = SELECTED.TimerTask
 DelayedOperation = SELECTED.DelayedOperation
