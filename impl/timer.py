@@ -29,9 +29,20 @@ entries over, so a task's ``run`` may add, cancel or re-add tasks on the same ti
 still its task's current entry when its turn comes: a cancel (or re-add) that lands between the hand-off and the run
 wins, which Kafka's executor cannot promise and which is exactly the model's behaviour, where the run is inline.
 
-An exception raised by a task never reaches the reaper or the other tasks: the executor catches it and reports it to
-``on_error(error, task)`` (by default: logged on the ``kpurgatory.impl`` logger). Kafka swallows such exceptions in
-an unused Future.
+What user code cannot do: lose a task
+-------------------------------------
+Whatever a task's ``run`` raises — any exception, ``SystemExit`` and ``KeyboardInterrupt`` included — never reaches
+the reaper, the executor or the other tasks: the executor catches it and reports it to ``on_error(error, task)`` (by
+default: logged on the ``kpurgatory.impl`` logger). If ``on_error`` itself raises, that is logged (at CRITICAL) and
+the executor goes on; the reaper and the executor loops also survive anything that escapes them. (Kafka swallows
+task exceptions in an unused Future, and its reaper thread dies on an error.) With a virtual clock tasks run inline,
+so an error of ``on_error`` is raised to the caller of ``advance_to`` — after the rest of that batch has run.
+
+A task that blocks holds up the one executor thread: every task expiring after it runs late by as long as it blocks
+(as in Kafka, whose executor has one thread too); keep ``run`` short, or hand long work to your own pool. Nothing is
+lost meanwhile: `TimerBase.shutdown` waits up to `EXECUTOR_CLOSE_S` for the executor, then takes back every handed-over
+task it has not started and returns it with the pending ones. So every task added is run, cancelled, or returned by
+``shutdown``.
 
 Domain
 ------
@@ -419,12 +430,13 @@ class TaskExecutor:
                 report_unreported(error, self)
             self.current = None
 
-    def close(self, timeout_s: float = EXECUTOR_CLOSE_S) -> list:
-        """Let the batches already handed over run, then stop. Returns the batches it did not finish in time (the
-        caller claims the tasks in them that did not run)."""
+    def close(self) -> list:
+        """Let the batches already handed over run (for up to `EXECUTOR_CLOSE_S`), then stop. Returns the batches it
+        did not finish in time (the caller claims the tasks in them that did not run)."""
         self._batches.put(None)
         if threading.current_thread() is self.thread:
             return []
+        timeout_s = EXECUTOR_CLOSE_S
         self.thread.join(timeout_s)
         if not self.thread.is_alive():
             return []
