@@ -135,3 +135,19 @@ def test_a_classpath_without_kafka_is_a_clear_error(tmp_path):
                             env={**os.environ, "KPURGATORY_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 3
     assert f"the adapter does not compile against {tmp_path}" in result.stderr
+
+
+def test_set_ready_false_overrides_ready_on(adapter):
+    process = start(adapter)
+    send(process, {"seq": 0, "cmd": "init", **INIT})
+    receive(process, 1)
+    steps = [("watch", {"op": "a", "keys": ["k"], "delay_ms": 50, "ready_on": 3}, False),
+             ("set_ready", {"op": "a", "ready": False}, None),
+             ("check", {"key": "k"}, 0),  # the third try: ready_on would hold, the last set_ready says no
+             ("set_ready", {"op": "a"}, None),
+             ("check", {"key": "k"}, 1)]
+    for seq, (cmd, args, result) in enumerate(steps, start=1):
+        send(process, {"seq": seq, "cmd": cmd, "args": args})
+        assert receive(process, 1)[seq]["result"] == result, cmd
+    process.stdin.close()
+    assert process.wait(10) == 0

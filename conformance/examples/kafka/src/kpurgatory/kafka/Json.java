@@ -122,7 +122,8 @@ final class Json {
         int start = at;
         if (text.charAt(at) == '-') at++;
         while (at < text.length() && Character.isDigit(text.charAt(at))) at++;
-        if (at < text.length() && ".eE".indexOf(text.charAt(at)) >= 0) throw error("an integer (no fraction or exponent)");
+        if (at < text.length() && ".eE".indexOf(text.charAt(at)) >= 0)
+            throw error("an integer (no fraction or exponent)");
         try {
             return Long.parseLong(text.substring(start, at));
         } catch (NumberFormatException e) {

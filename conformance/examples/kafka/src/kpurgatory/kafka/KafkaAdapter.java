@@ -101,7 +101,8 @@ public final class KafkaAdapter {
         if (!(parsed instanceof Map)) throw new IllegalArgumentException("a request must be a JSON object");
         Map<String, Object> request = (Map<String, Object>) parsed;
         if (!(request.get("seq") instanceof Long)) throw new IllegalArgumentException("a request needs an integer seq");
-        if (!(request.get("args") instanceof Map)) throw new IllegalArgumentException("a request needs args (an object)");
+        if (!(request.get("args") instanceof Map))
+            throw new IllegalArgumentException("a request needs args (an object)");
         return request;
     }
 
@@ -139,7 +140,8 @@ public final class KafkaAdapter {
         int parties = Math.toIntExact((Long) fields.get("parties"));
         StartBarrier started = barriers.computeIfAbsent(id, unused -> new StartBarrier(parties));
         if (started.parties != parties)
-            throw new IllegalArgumentException("barrier " + id + " has " + started.parties + " parties, not " + parties);
+            throw new IllegalArgumentException(
+                "barrier " + id + " has " + started.parties + " parties, not " + parties);
         if (++started.arrived == parties) barriers.remove(id);
         return started;
     }
@@ -164,7 +166,8 @@ public final class KafkaAdapter {
             gate.open();
             answer(KafkaSystem.object("seq", seq, "result", null, "events", List.of()));
         } else {
-            gate.reached().thenAccept(waiting -> answer(KafkaSystem.object("seq", seq, "result", waiting, "events", List.of())));
+            gate.reached().thenAccept(
+                waiting -> answer(KafkaSystem.object("seq", seq, "result", waiting, "events", List.of())));
         }
     }
 
@@ -205,7 +208,8 @@ public final class KafkaAdapter {
             long start = System.nanoTime();
             KafkaSystem.Outcome outcome = system.execute((String) cmd, args);
             long end = System.nanoTime();
-            Map<String, Object> response = KafkaSystem.object("seq", seq, "result", outcome.result(), "events", call.events);
+            Map<String, Object> response =
+                KafkaSystem.object("seq", seq, "result", outcome.result(), "events", call.events);
             if (outcome.error() != null) response.put("error", outcome.error());
             response.put("exec_ns", List.of(start, end));
             return response;

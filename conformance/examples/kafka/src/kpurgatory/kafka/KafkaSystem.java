@@ -131,7 +131,8 @@ final class KafkaSystem {
             return new Op(created, delayMs, readyOn);
         });
         if ((delayMs != null && delayMs != op.delayMs) || (readyOn != null && !readyOn.equals(op.readyOn)))
-            throw new BadRequest("op " + id + " was created with delay_ms " + op.delayMs + " and ready_on " + op.readyOn);
+            throw new BadRequest(
+                "op " + id + " was created with delay_ms " + op.delayMs + " and ready_on " + op.readyOn);
         List<Key> keys = new ArrayList<>();
         for (Object key : list(args, "keys")) keys.add(new Key(checkedString(key, "keys")));
         if (keys.isEmpty()) {
@@ -181,7 +182,8 @@ final class KafkaSystem {
             for (VirtualTimer.Bucket bucket : level.buckets()) {
                 List<Object> entries = new ArrayList<>();
                 for (TimerTask task : bucket.entries()) entries.add(label(task));
-                buckets.add(object("slot", (long) bucket.slot(), "expiration_ms", bucket.expirationMs(), "entries", entries));
+                buckets.add(object("slot", (long) bucket.slot(), "expiration_ms", bucket.expirationMs(),
+                    "entries", entries));
             }
             levels.add(object("tick_ms", level.tickMs(), "wheel_size", (long) level.wheelSize(),
                 "current_ms", level.currentMs(), "buckets", buckets));
@@ -229,7 +231,8 @@ final class KafkaSystem {
 
     static Map<String, Object> object(Object... namesAndValues) {
         Map<String, Object> object = new LinkedHashMap<>();
-        for (int i = 0; i < namesAndValues.length; i += 2) object.put((String) namesAndValues[i], namesAndValues[i + 1]);
+        for (int i = 0; i < namesAndValues.length; i += 2)
+            object.put((String) namesAndValues[i], namesAndValues[i + 1]);
         return object;
     }
 

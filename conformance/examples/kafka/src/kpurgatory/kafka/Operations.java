@@ -27,15 +27,16 @@ final class Operations {
     }
 
     /**
-     * A delayed operation of the purgatory profile. Its condition holds from its {@code readyOn}-th tryComplete on,
-     * or while set_ready made it so; tryComplete follows Kafka's contract (return forceComplete() when the condition
-     * holds, false otherwise), and counts its calls without a lock because Kafka calls it both under the op's lock
-     * and, for a direct try, without.
+     * A delayed operation of the purgatory profile. Its condition is what the last set_ready said or, before any,
+     * whether its {@code readyOn}-th tryComplete has been made. tryComplete follows Kafka's contract (return
+     * forceComplete() when the condition holds, false otherwise), and counts its calls without a lock because Kafka
+     * calls it both under the op's lock and, for a direct try, without.
      */
     static final class Op extends DelayedOperation {
         final String id;
         final Long readyOn;
-        volatile boolean ready;
+        /** The last set_ready's value; null before any. */
+        volatile Boolean ready;
         private final AtomicInteger tries = new AtomicInteger();
 
         Op(String id, long delayMs, Long readyOn) {
@@ -48,7 +49,8 @@ final class Operations {
         public boolean tryComplete() {
             int calls = tries.incrementAndGet();
             if (isCompleted() && "check".equals(Call.current().route)) Call.record("stale_try", "op", id);
-            boolean holds = ready || (readyOn != null && calls >= readyOn);
+            Boolean set = ready;
+            boolean holds = set != null ? set : readyOn != null && calls >= readyOn;
             Call.current().triedOnce();
             return holds && forceComplete();
         }

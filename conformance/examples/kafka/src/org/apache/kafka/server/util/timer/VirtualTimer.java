@@ -140,8 +140,9 @@ public final class VirtualTimer implements Timer {
                     slots[slot].foreach(entries::add);
                     if (!entries.isEmpty()) buckets.add(new Bucket(slot, slots[slot].getExpiration(), entries));
                 }
-                levels.add(new Level((Long) Internals.field(wheel, "tickMs"), (Integer) Internals.field(wheel, "wheelSize"),
-                    (Long) Internals.field(wheel, "currentTimeMs"), buckets));
+                levels.add(new Level((Long) Internals.field(wheel, "tickMs"),
+                    (Integer) Internals.field(wheel, "wheelSize"), (Long) Internals.field(wheel, "currentTimeMs"),
+                    buckets));
             }
             return levels;
         } finally {

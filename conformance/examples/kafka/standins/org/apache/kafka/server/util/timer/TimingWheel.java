@@ -52,7 +52,8 @@ public class TimingWheel {
     }
 
     private synchronized TimingWheel coarser() {
-        if (overflowWheel == null) overflowWheel = new TimingWheel(interval, wheelSize, currentTimeMs, taskCounter, queue);
+        if (overflowWheel == null)
+            overflowWheel = new TimingWheel(interval, wheelSize, currentTimeMs, taskCounter, queue);
         return overflowWheel;
     }
 }
