@@ -33,6 +33,7 @@ SUBCOMMANDS: dict[str, str] = {
     "replay": "kpurgatory.conformance.traces.replay:replay_command",
     "scenarios": "kpurgatory.conformance.traces.replay:scenarios_command",
     "simulate": "kpurgatory.conformance.tools.simulate:simulate_command",
+    "view": "kpurgatory.conformance.traces.view:view_command",
     "validate-traces": "kpurgatory.conformance.spark.validate:validate_command",
     "record": "kpurgatory.conformance.spark.record:record_command",
     "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",

@@ -550,7 +550,7 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
                          on_run: Callable[[int, int], None] | None = None) -> ConcurrentResult:
     """Run ``runs`` plans of ``threads`` workers and ``steps`` calls each (scripts from ``seed``), each a fresh run
     (init) of one system, until a history breaks a property. That history is written to ``out_dir`` as
-    ``concurrent-SEED-RUN.jsonl`` with its table as ``.txt``. ``on_run(runs so far, calls so far)`` reports
+    ``concurrent-SEED-RUN.jsonl`` with its table as ``.txt`` and its page (`traces.view`) as ``.html``. ``on_run(runs so far, calls so far)`` reports
     progress. A hung system is abandoned, not closed (its threads may hold its locks)."""
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
@@ -575,6 +575,9 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
                 if out_dir is not None:
                     path = write_traces(Path(out_dir) / f"{history.trace_id}.jsonl", history)
                     path.with_suffix(".txt").write_text(render(history, violations))
+                    from kpurgatory.conformance.traces.view import write_view  # the view imports this module
+
+                    write_view(path.with_suffix(".html"), history, violations={history.trace_id: violations})
                 return ConcurrentResult(False, seed, hello.implementation, threads, run, calls,
                                         time.monotonic() - started, history, violations, path)
         return ConcurrentResult(True, seed, hello.implementation, threads, runs, calls, time.monotonic() - started)
@@ -635,7 +638,8 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str) -> None
     console.print(history_table(result.history, result.violations))
     if result.history_path is not None:
         console.print(f"history:        {result.history_path}\nwhole table:    "
-                      f"{result.history_path.with_suffix('.txt')}\ncheck it:       kpurgatory check-history "
+                      f"{result.history_path.with_suffix('.txt')}\nview:           "
+                      f"{result.history_path.with_suffix('.html')}\ncheck it:       kpurgatory check-history "
                       f"{result.history_path}", markup=False, highlight=False, soft_wrap=True)
     console.print(f"re-run:         {rerun}", markup=False, highlight=False, soft_wrap=True)
 
@@ -665,24 +669,28 @@ def check_history_command(histories, all_steps):
     Any harness may record them, in any language: see specs/protocol.md, "Concurrent histories". Exits 0 when every
     history satisfies every property, 1 when one does not, 2 on malformed input."""
     try:
-        loaded = [trace for path in histories for trace in read_traces(path)]
+        files = {path: read_traces(path) for path in histories}
     except TraceFormatError as error:
         click.echo(f"Error: {safe(error)}", err=True)
         sys.exit(2)
+    loaded = [trace for traces in files.values() for trace in traces]
     if sequential := [trace.trace_id for trace in loaded if trace.header.threads is None]:
         click.echo(f"Error: {safe(', '.join(sequential))}: not a concurrent history (no threads in the header); replay "
                    f"it with `kpurgatory replay`", err=True)
         sys.exit(2)
     console = Console()
-    failed = 0
+    found = {}
     for trace in loaded:
-        violations = tuple(check_history(trace))
+        violations = found[trace.trace_id] = tuple(check_history(trace))
         verdict = "[green]pass[/]" if not violations else f"[bold red]FAIL[/] ({len(violations)} violations)"
         console.print(f"{markup(trace.trace_id)}: {len(trace.steps)} calls on {trace.header.threads} threads: "
                       f"{verdict}")
         if violations:
-            failed += 1
             console.print(violations_table(violations))
             console.print(history_table(trace, violations, context=None if all_steps else 3))
+    failed = sum(bool(violations) for violations in found.values())
     console.print(f"{len(loaded) - failed} passed, {failed} failed")
+    from kpurgatory.conformance.traces.view import view_failures  # the view imports this module
+
+    view_failures(files, violations=found)
     sys.exit(1 if failed else 0)

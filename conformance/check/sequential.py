@@ -44,6 +44,7 @@ from kpurgatory.conformance.traces.replay import ReplayReport, print_report, wit
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.terminal import markup, safe
 from kpurgatory.conformance.traces.codec import Header, Trace, dumps, write_traces
+from kpurgatory.conformance.traces.view import write_view
 from kpurgatory.model import vocabulary as v
 
 #: the default budget per profile: about 20 s of CPU each for the built-in implementation (kpurgatory check)
@@ -100,8 +101,9 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
 
     ``examples`` runs of up to ``steps`` commands are generated from ``seed`` (a fresh random one when None; the
     result says which), so the same seed and system give the same result. With ``out_dir`` a counterexample is
-    written there as ``check-PROFILE-SEED.jsonl`` plus its step table as ``.txt``. ``on_example`` is called after
-    every example with the `Session` (examples, steps, coverage, shrink_runs so far) for progress displays."""
+    written there as ``check-PROFILE-SEED.jsonl`` plus its step table as ``.txt`` and its page (`traces.view`) as
+    ``.html``. ``on_example`` is called after every example with the `Session` (examples, steps, coverage,
+    shrink_runs so far) for progress displays."""
     if profile not in v.PROFILES or level not in LEVELS:
         raise ValueError(f"profile must be one of {v.PROFILES} and level one of {LEVELS}; got {profile!r}, {level!r}")
     seed = random.randrange(2**32) if seed is None else seed
@@ -137,6 +139,7 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
             trace_path = write_traces(Path(out_dir) / f"{trace_id}.jsonl", counterexample)
             table_path = trace_path.with_suffix(".txt")
             table_path.write_text(render(report))
+            write_view(trace_path.with_suffix(".html"), counterexample, [report])
         except OSError as error:
             trace_path = table_path = None
             write_error = f"cannot write the counterexample to {out_dir}: {error}"
@@ -404,7 +407,8 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
             if result.write_error is not None:  # the counterexample is not lost: it goes to the terminal
                 plain(f"{result.write_error}\ncounterexample (JSON Lines):\n{dumps(result.counterexample)}")
             else:
-                plain(f"counterexample: {result.trace_path}\nstep table:     {result.table_path}")
+                plain(f"counterexample: {result.trace_path}\nstep table:     {result.table_path}\n"
+                      f"view:           {result.trace_path.with_suffix('.html')}")
                 plain(f"replay:         kpurgatory replay {result.trace_path} {target_flags(impl, adapter, level)}")
         else:
             plain(result.failure_summary)

@@ -254,23 +254,21 @@ def open_target(impl: str | None, adapter: str | None, timeout: float):
     return open_system(impl=impl, adapter=adapter, timeout=timeout)
 
 
-def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> int:
-    """Replay and print each trace; the exit code: the worst of the replays' (a broken system over bad input over
-    a failure)."""
+def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> list[ReplayReport]:
+    """Replay and print each trace."""
     console = Console()
     target = open_target(impl, adapter, timeout)
-    code = 0
+    reports = []
     try:
         for trace in traces:
-            report = replay(trace, target.system if target else None, level,
-                            features=target.hello.features if target else (),
-                            declarations=target.hello.declarations if target else None)
-            print_report(console, report, window)
-            code = max(code, report.exit_code)
+            reports.append(replay(trace, target.system if target else None, level,
+                                  features=target.hello.features if target else (),
+                                  declarations=target.hello.declarations if target else None))
+            print_report(console, reports[-1], window)
     finally:
         if target is not None:
             target.system.close()
-    return code
+    return reports
 
 
 @click.command("replay")
@@ -278,19 +276,26 @@ def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> i
 @with_target_options
 @click.option("--all-steps", is_flag=True, help="Show every step, not only the ones before a failure.")
 def replay_command(traces, impl, adapter, timeout, level, all_steps):
-    """Replay TRACES against the model (and --impl/--adapter); print a step table and a verdict.
+    """Replay TRACES against the model (and --impl/--adapter); print a step table and a verdict. A file with a
+    failing trace gets its page (`kpurgatory view`) next to it, as FILE.html.
 
     Exits 0 when every step agrees with the model, 1 on a divergence, 2 on malformed input, 3 when the system
     under test broke (crashed, hung, wrote garbage)."""
     try:
-        loaded = [trace for path in traces for trace in read_traces(path)]
+        files = {path: read_traces(path) for path in traces}
     except TraceFormatError as error:
         click.echo(f"Error: {safe(error)}", err=True)
         sys.exit(2)
+    loaded = [trace for traces_of_file in files.values() for trace in traces_of_file]
     if histories := [trace.trace_id for trace in loaded if trace.header.threads is not None]:
         click.echo(f"Error: {safe(', '.join(histories))}: {CONCURRENT_HISTORY}", err=True)
         sys.exit(2)
-    sys.exit(run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12))
+    reports = run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12)
+    from kpurgatory.conformance.traces.view import view_failures  # the view imports this module
+
+    view_failures(files, reports)
+    # the worst of the replays' exit codes: a broken system over bad input over a failure
+    sys.exit(max(report.exit_code for report in reports))
 
 
 @click.command("scenarios")
