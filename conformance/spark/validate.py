@@ -45,7 +45,8 @@ from kpurgatory.conformance.traces.replay import format_command, format_observat
 from kpurgatory.conformance.spark import corpus
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
 from kpurgatory.conformance.traces import codec
-from kpurgatory.conformance.traces.codec import Header, Trace, dumps, parse_line
+from kpurgatory.conformance.traces.codec import Header, Trace, dumps, loads, parse_line
+from kpurgatory.conformance.traces.view import page_path, write_view
 from kpurgatory.model import CommandError
 from kpurgatory.model.contract import Violation
 
@@ -290,13 +291,16 @@ def failing_name(trace_id: str) -> str:
     return clean + ".jsonl"
 
 
-def write_failing(failing, folder: Path) -> int:
-    """Each failing trace as its own file, streamed to the driver a partition at a time."""
+def write_failing(failing, folder: Path, level: str) -> int:
+    """Each failing trace as its own file with its page (`kpurgatory view`) next to it, streamed to the driver a
+    partition at a time."""
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir()
     written = 0
     for row in failing.select("trace", "trace_jsonl").toLocalIterator():
-        (folder / failing_name(row.trace)).write_text(row.trace_jsonl)
+        path = folder / failing_name(row.trace)
+        path.write_text(row.trace_jsonl)
+        write_view(page_path(path), loads(row.trace_jsonl, str(path)), level=level)
         written += 1
     return written
 
@@ -322,7 +326,7 @@ def run_validation(session, paths, out: Path, level: str = "exact", split_bytes:
         counts = results.groupBy("kind", "verdict", "reason_kind", "properties").agg(
             F.sum("rows").alias("rows"), F.sum("traces").alias("traces"),
             F.sum("steps_checked").alias("steps")).collect()
-        written = write_failing(results.where(f"verdict = '{FAIL}'"), out / "failing")
+        written = write_failing(results.where(f"verdict = '{FAIL}'"), out / "failing", level)
     finally:
         results.unpersist()
     verdicts = [row for row in counts if row.kind == "verdict"]
@@ -393,5 +397,6 @@ def validate_command(inputs, out, level, master, conf):
     console.print(f"outputs in {out}/: verdicts.parquet, quarantine.parquet, summary.json", soft_wrap=True)
     if summary.failing_files:
         console.print(f"{summary.failing_files:,} failing traces in {out}/failing/; reproduce one with: "
-                      f"kpurgatory replay {out}/failing/<trace>.jsonl", soft_wrap=True, highlight=False)
+                      f"kpurgatory replay {out}/failing/<trace>.jsonl; see one in {out}/failing/<trace>.html",
+                      soft_wrap=True, highlight=False)
     sys.exit(1 if summary.verdicts[FAIL] else 2 if summary.quarantined_rows else 0)

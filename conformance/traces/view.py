@@ -175,12 +175,12 @@ def outcome_failures(outcome: StepOutcome | None) -> list[dict]:
     return failures
 
 
-def sequential_view(trace: Trace, report: ReplayReport | None = None) -> dict:
+def sequential_view(trace: Trace, report: ReplayReport | None = None, level: str = "exact") -> dict:
     """The page's data for a sequential trace. ``report`` is a run of it against a system (its answers become the
     system's column; the trace's recorded answers are shown when the run checked them); without one the trace's
-    recorded answers are checked against the model."""
+    recorded answers are checked against the model at ``level``."""
     header = trace.header
-    checked = report if report is not None else replay(trace)
+    checked = report if report is not None else replay(trace, level=level)
     outcomes = {outcome.seq: outcome for outcome in checked.outcomes}
     roles = ["model"]
     if report is None or any(outcome.recorded is not None for outcome in checked.outcomes):
@@ -296,23 +296,32 @@ def asset(name: str) -> str:
 
 
 def page(traces: Iterable[Trace], reports: Iterable[ReplayReport] = (),
-         violations: dict[str, Sequence[concurrent.Violation]] | None = None) -> str:
+         violations: dict[str, Sequence[concurrent.Violation]] | None = None, level: str = "exact") -> str:
     """The HTML page for ``traces``. ``reports`` (runs of these very Trace objects) carry a system's answers to
-    sequential traces; ``violations`` (by trace id) spare checking a concurrent history again."""
+    sequential traces, the others are checked at ``level``; ``violations`` (by trace id) spare checking a concurrent
+    history again."""
     run_of = {id(report.trace): report for report in reports}
     views = [concurrent_view(trace, (violations or {}).get(trace.trace_id)) if trace.header.threads is not None
-             else sequential_view(trace, run_of.get(id(trace))) for trace in traces]
+             else sequential_view(trace, run_of.get(id(trace)), level) for trace in traces]
     data = base64.b64encode(gzip.compress(json.dumps(views, separators=(",", ":")).encode(), 6)).decode("ascii")
     parts = {"style": asset("view.css"), "script": asset("view.js"), "data": data}
     return re.sub(r"\{\{(style|script|data)\}\}", lambda match: parts[match.group(1)], asset("view.html"))
 
 
+def views_in(html: str) -> list[dict]:
+    """The data a page carries, one dict per trace: what its script draws (for tools and tests that read pages)."""
+    data = re.search(r'<script type="application/octet-stream" id="kp-data">([^<]*)</script>', html)
+    if data is None:
+        raise ValueError("not a kpurgatory view page")
+    return json.loads(gzip.decompress(base64.b64decode(data.group(1))))
+
+
 def write_view(path: str | Path, traces: Trace | Iterable[Trace], reports: Iterable[ReplayReport] = (),
-               violations: dict[str, Sequence[concurrent.Violation]] | None = None) -> Path:
+               violations: dict[str, Sequence[concurrent.Violation]] | None = None, level: str = "exact") -> Path:
     """Write the page for ``traces`` (see `page`) to ``path`` and return it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page([traces] if isinstance(traces, Trace) else traces, reports, violations))
+    path.write_text(page([traces] if isinstance(traces, Trace) else traces, reports, violations, level))
     return path
 
 

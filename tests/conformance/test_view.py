@@ -2,9 +2,6 @@
 self-contained and keeps untrusted text out of its markup; the commands that write it. The page's drawing is tested
 in a real browser in test_view_browser.py."""
 
-import base64
-import gzip
-import json
 import re
 
 import attrs
@@ -16,15 +13,9 @@ from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, dumps, model_trace, write_traces
 from kpurgatory.conformance.traces.replay import replay, scenarios
 from kpurgatory.conformance.traces.view import (concurrent_view, page, property_words, sequential_view,
-                                                write_view)
+                                                views_in, write_view)
 from kpurgatory.model import contract
 from kpurgatory.model import vocabulary as v
-
-
-def embedded(html: str) -> list[dict]:
-    """The views a page carries."""
-    data = re.search(r'<script type="application/octet-stream" id="kp-data">([^<]*)</script>', html).group(1)
-    return json.loads(gzip.decompress(base64.b64decode(data)))
 
 
 def with_recording(trace: Trace, seq: int, observation: v.Observation) -> Trace:
@@ -144,7 +135,7 @@ def test_untrusted_text_cannot_become_markup():
     html = page([model_trace(header, [v.TimerAdd(hostile, 1), v.Advance(1)])])
     assert "alert" not in html and "<!--" not in html and "\u2028" not in html
     assert html.count("<script") == 2 and html.count("</script>") == 2
-    [view] = embedded(html)
+    [view] = views_in(html)
     assert view["id"] == hostile and view["steps"][1]["answers"][0] == f"None; run({hostile})"
     assert "innerHTML" not in html and "insertAdjacentHTML" not in html and "document.write" not in html
 
@@ -155,7 +146,7 @@ def test_the_page_is_self_contained_and_small():
                          html.split("</script>", 1)[1])
     assert "default-src 'none'" in html  # the browser refuses any load the page might attempt
     assert len(html) < 400_000, len(html)
-    assert [view["id"] for view in embedded(html)] == list(scenarios())
+    assert [view["id"] for view in views_in(html)] == list(scenarios())
 
 
 def test_view_command_writes_the_page_and_refuses_bad_input(tmp_path):
@@ -164,7 +155,7 @@ def test_view_command_writes_the_page_and_refuses_bad_input(tmp_path):
     runner = CliRunner()
     result = runner.invoke(main, ["view", str(source)])
     assert result.exit_code == 0 and result.output == f"view: {tmp_path / 'trace.html'}\n"
-    assert embedded((tmp_path / "trace.html").read_text())[0]["id"] == "seed.cascade"
+    assert views_in((tmp_path / "trace.html").read_text())[0]["id"] == "seed.cascade"
     result = runner.invoke(main, ["view", str(source), "-o", str(tmp_path / "out" / "x.html")])
     assert result.exit_code == 0 and (tmp_path / "out" / "x.html").exists()
     bad = tmp_path / "bad.jsonl"
@@ -181,7 +172,7 @@ def test_replay_and_check_history_write_the_page_of_a_failing_file(tmp_path):
     result = runner.invoke(main, ["replay", str(good), str(wrong)], terminal_width=200)
     assert result.exit_code == 1 and f"view: {tmp_path / 'wrong.html'}" in result.output
     assert (tmp_path / "wrong.html").exists() and not (tmp_path / "good.html").exists()
-    assert embedded((tmp_path / "wrong.html").read_text())[0]["failure"]["seq"] == 12
+    assert views_in((tmp_path / "wrong.html").read_text())[0]["failure"]["seq"] == 12
 
     steps = [Step(1, v.Watch("a", ("k",), 5, 1), v.Observation(True, (v.Complete("a", "try"),)), Timing("w0", 0, 3)),
              Step(2, v.Force("a"), v.Observation(True, (v.Complete("a", "force"),)), Timing("w1", 1, 4))]
@@ -190,13 +181,13 @@ def test_replay_and_check_history_write_the_page_of_a_failing_file(tmp_path):
     result = runner.invoke(main, ["check-history", str(history)], terminal_width=200)
     assert result.exit_code == 1 and f"view: {tmp_path / 'history.html'}" in result.output
     assert "exactly_once" in {violation["property"] for violation in
-                              embedded((tmp_path / "history.html").read_text())[0]["violations"]}
+                              views_in((tmp_path / "history.html").read_text())[0]["violations"]}
 
 
 def test_given_violations_are_not_computed_again():
     steps = [Step(1, v.Watched(), v.Observation(0), Timing("w0", 0, 1))]
     trace = Trace(Header("h", "purgatory", v.Params(), "test", threads=1), steps)
-    [view] = embedded(page([trace], violations={"h": [Violation("results", "planted", (1,))]}))
+    [view] = views_in(page([trace], violations={"h": [Violation("results", "planted", (1,))]}))
     assert view["violations"] == [{"property": "results", "words": property_words(concurrent)["results"],
                                    "message": "planted", "seqs": [1]}]
     assert view["calls"]["flags"] == [4]

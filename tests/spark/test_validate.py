@@ -9,6 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from kpurgatory.conformance.cli import main
+from kpurgatory.conformance.traces.view import views_in
 from kpurgatory.conformance.spark import corpus, sample
 from kpurgatory.conformance.spark.validate import run_validation, validate_batches
 
@@ -77,6 +78,11 @@ def test_each_failing_trace_is_a_file_that_replay_reproduces(readme_run):
     _, out = readme_run
     files = sorted((out / "failing").glob("*.jsonl"))
     assert [f.name for f in files] == sorted(f"{trace_id}.jsonl" for trace_id, *_ in sample.SEMANTIC_FAULTS)
+    pages = sorted((out / "failing").glob("*.html"))  # each with its page, written by validate-traces
+    assert [page.stem for page in pages] == [path.stem for path in files]
+    for page in pages:
+        [view] = views_in(page.read_text())
+        assert view["id"] == page.stem and view["failure"] is not None
     for path in files:
         replayed = CliRunner().invoke(main, ["replay", str(path)], terminal_width=200)
         assert replayed.exit_code == 1 and f"FAIL {path.stem} at step" in replayed.output, replayed.output
