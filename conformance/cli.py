@@ -34,6 +34,7 @@ SUBCOMMANDS: dict[str, str] = {
     "scenarios": "kpurgatory.conformance.traces.replay:scenarios_command",
     "simulate": "kpurgatory.conformance.tools.simulate:simulate_command",
     "view": "kpurgatory.conformance.traces.view:view_command",
+    "view-bench": "kpurgatory.conformance.traces.view_bench:view_bench_command",
     "validate-traces": "kpurgatory.conformance.spark.validate:validate_command",
     "record": "kpurgatory.conformance.spark.record:record_command",
     "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",

@@ -13,14 +13,11 @@ from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
 from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.conformance.traces.view import property_words, write_view
+from kpurgatory.conformance.traces.view_bench import CHROMIUM, launch_chromium
 from kpurgatory.model import contract
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import Violation
 
-CHROMIUM = "/usr/bin/chromium"
-ARGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
-        "--disable-sync", "--no-first-run"]
-RED = (207, 34, 46)  # the outline of violating calls
 LANE, TOP = 26, 22  # the lanes' geometry in view.js
 
 sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install '.[view]')")
@@ -31,7 +28,7 @@ pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"no Chromium
 @pytest.fixture(scope="module")
 def browser():
     with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=ARGS)
+        browser = launch_chromium(playwright)
         yield browser
         browser.close()
 
