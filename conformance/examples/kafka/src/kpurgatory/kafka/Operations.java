@@ -30,7 +30,10 @@ final class Operations {
      * A delayed operation of the purgatory profile. Its condition is what the last set_ready said or, before any,
      * whether its {@code readyOn}-th tryComplete has been made. tryComplete follows Kafka's contract (return
      * forceComplete() when the condition holds, false otherwise), and counts its calls without a lock because Kafka
-     * calls it both under the op's lock and, for a direct try, without.
+     * calls it both under the op's lock and, for a direct try, without. Between deciding and acting it yields the
+     * processor once, where a broker's tryComplete does its work (reading offsets, building a response): Kafka's
+     * calls here take microseconds, less than waking a thread takes, so without it the calls of one round of the
+     * concurrent check would rarely run at the same time on a machine with few cores.
      */
     static final class Op extends DelayedOperation {
         final String id;
@@ -52,6 +55,7 @@ final class Operations {
             Boolean set = ready;
             boolean holds = set != null ? set : readyOn != null && calls >= readyOn;
             Call.current().triedOnce();
+            Thread.yield();
             return holds && forceComplete();
         }
 
