@@ -43,7 +43,7 @@ from kpurgatory.conformance.check.machine import Abort, Session, Stop, machine_c
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.terminal import markup, safe
-from kpurgatory.conformance.traces.codec import Header, Trace, dumps, write_traces
+from kpurgatory.conformance.traces.codec import Header, Step, Trace, dumps, write_traces
 from kpurgatory.conformance.traces.view import write_view
 from kpurgatory.model import vocabulary as v
 
@@ -77,7 +77,8 @@ class CheckResult:
     shrink_runs: int = 0
     trace_path: Path | None = None
     table_path: Path | None = None
-    #: the system could not be driven (crash, hang, garbage), so the verdict is an error, not a failure
+    #: the system failed to answer (an adapter's crash, hang or garbage; an exception from an in-process system), so
+    #: the verdict is an error, not a failure
     broken: bool = False
     #: why the counterexample could not be written to out_dir (it is then in ``counterexample`` only)
     write_error: str | None = None
@@ -131,8 +132,8 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
     description = (f"counterexample from `kpurgatory check --profile {profile} --level {level} --seed {seed}` "
                    f"against {hello.implementation}: {stop.summary}")
     counterexample = Trace(Header(trace_id, profile, stop.params, description=description,
-                                  declarations=hello.declarations), stop.steps)
-    report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error)
+                                  declarations=hello.declarations), with_answers(stop))
+    report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error, stop.error is not None)
     trace_path = table_path = write_error = None
     if out_dir is not None:
         try:
@@ -146,7 +147,7 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
     return CheckResult(False, **summary, failure_summary=stop.summary, counterexample=counterexample,
                        report=report, time_to_first_failure_s=session.first_failure_s,
                        shrunk_length=None if isinstance(stop, Abort) else len(stop.steps),
-                       trace_path=trace_path, table_path=table_path, broken=isinstance(stop, Abort),
+                       trace_path=trace_path, table_path=table_path, broken=stop.error is not None,
                        write_error=write_error)
 
 
@@ -166,6 +167,16 @@ def installation_independent():
             yield
     finally:
         providers.CONSTANTS_CACHE.cache.clear()
+
+
+def with_answers(stop: Stop) -> list[Step]:
+    """The stop's steps, each with what the system answered, so the trace alone reproduces the failure: its
+    observation, or for a last step it failed to answer, how it failed."""
+    answers: dict[int, v.Observation | str] = {outcome.seq: outcome.observed for outcome in stop.outcomes
+                                                if outcome.observed is not None}
+    if stop.error is not None and stop.steps and stop.steps[-1].seq not in answers:
+        answers[stop.steps[-1].seq] = stop.error.partition(": system failed: ")[2] or stop.error
+    return [attrs.evolve(step, system=answers.get(step.seq)) for step in stop.steps]
 
 
 def explore(session: Session, examples: int, steps: int, seed: int) -> Stop | None:

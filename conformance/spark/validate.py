@@ -171,7 +171,7 @@ def verdict(rows: list[dict], trace: Trace, level: str) -> list[dict]:
         return quarantine_trace(rows, {0: Rejected("malformed_command", f"header: {error}")})
     except Exception as error:  # a bug of kpurgatory's own: report it, keep the job alive
         return quarantine_trace(rows, {0: Rejected("replay_crashed", f"{type(error).__name__}: {error}")})
-    if report.error is not None:
+    if report.error is not None and not report.broken:
         return quarantine_trace(rows, {len(report.outcomes) + 1: Rejected("malformed_command", report.error)})
     result = {"kind": "verdict", "trace": trace.trace_id, "source": rows[0]["source"], "rows": len(rows), "traces": 1,
               "verdict": PASS if report.ok else FAIL, "profile": trace.header.profile,
@@ -182,10 +182,15 @@ def verdict(rows: list[dict], trace: Trace, level: str) -> list[dict]:
         differences = [f.what for f in failing.failures if isinstance(f.what, Difference)]
         result.update(
             seq=failing.seq, line=step_rows[len(report.outcomes) - 1]["line"], command=format_command(failing.command),
-            expected=format_observation(failing.model), observed=format_observation(failing.recorded),
+            expected=format_observation(failing.model),
+            observed=format_observation(failing.observed if failing.observed is not None else failing.recorded),
             difference=str(differences[0]) if differences else None,
             properties=sorted({f.what.prop for f in failing.failures if isinstance(f.what, Violation)}),
             failures="; ".join(map(str, failing.failures)), trace_jsonl=dumps(trace))
+    elif report.broken:  # a counterexample recording that its system failed to answer at the next step
+        step = trace.steps[len(report.outcomes)]
+        result.update(seq=step.seq, line=step_rows[len(report.outcomes)]["line"], command=format_command(step.command),
+                      failures=report.error, trace_jsonl=dumps(trace))
     return [result]
 
 

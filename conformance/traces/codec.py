@@ -251,10 +251,15 @@ class Timing:
 
 @attrs.frozen
 class Step:
+    """One command and the model's ``observation`` of it (or, in a recording, the recorded system's). A
+    counterexample also carries what the system under test answered, ``system``: its observation, or a string
+    saying how it failed to answer; so the trace alone shows the failure."""
+
     seq: int
     command: v.Command
     observation: v.Observation
     timing: Timing | None = None
+    system: v.Observation | str | None = None
 
 
 @attrs.frozen
@@ -305,6 +310,10 @@ def step_line(trace_id: str, step: Step) -> dict:
             line["failure"] = step.timing.failure
         if step.timing.exec_ns is not None:
             line["exec_ns"] = list(step.timing.exec_ns)
+    if isinstance(step.system, v.Observation):
+        line["system"] = observation_to_json(step.system)
+    elif step.system is not None:
+        line["system"] = {"failure": step.system}
     return line
 
 
@@ -347,8 +356,10 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
                      document.get("exec_ns")) if "thread" in document else None)
     if timing is not None and timing.exec_ns is not None and timing.exec_ns[0] > timing.exec_ns[1]:
         raise ValueError("exec_ns: the execution's end comes before its start")
+    answer = document.get("system")
+    system = None if answer is None else answer["failure"] if "failure" in answer else observation_from_json(answer)
     step = Step(document["seq"], command_from_json(document["cmd"], document["args"]), observation_from_json(document),
-                timing)
+                timing, system)
     return document["trace"], step
 
 

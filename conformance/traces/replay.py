@@ -6,6 +6,10 @@ or the model's own output in a counterexample) and the system's observation are 
 at level ``exact``, through the contract properties at level ``contract`` — and the contract is checked as an
 invariant at both levels. The replay stops at the first failing step, since what follows a divergence compares
 different states.
+
+A counterexample also records what the system under test answered at each step (`codec.Step.system`). Replayed
+without a system, those answers are judged as the system's, so the trace alone shows the failure; given a live
+system (``--impl``/``--adapter``), the live answers are judged instead, so a fixed system passes.
 """
 
 from __future__ import annotations
@@ -114,14 +118,16 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
     recorded_by_model = header.implementation == MODEL
     recording = (StepChecker(RECORDING, trace, level, KAFKA if recorded_by_model else header.declarations)
                  if check_recording else None)
+    # a counterexample's recorded answers stand for the system when no live one is given
+    answers = system is None and any(step.system is not None for step in trace.steps)
     sut = StepChecker(SYSTEM, trace, level, header.declarations if declarations is None else declarations)
-    sut = sut if system is not None else None
+    sut = sut if system is not None or answers else None
     if system is not None:
         system.init(header.profile, header.params)
     outcomes: list[StepOutcome] = []
 
     def report(error: str | None = None, broken: bool = False) -> ReplayReport:
-        return ReplayReport(trace, "model" if system is None else "system", level, tuple(outcomes), error, broken)
+        return ReplayReport(trace, "system" if sut is not None else "model", level, tuple(outcomes), error, broken)
 
     for step in trace.steps:
         try:
@@ -131,12 +137,15 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
         failures: list[Failure] = []
         if recording is not None:
             failures += recording.check(step.command, expected, step.observation)
-        observed = None
-        if sut is not None and v.supported(step.command, features):
+        observed = step.system if answers else None
+        if isinstance(observed, str):  # the recorded system failed to answer here
+            return report(f"step {step.seq}: system failed: {observed}", broken=True)
+        if system is not None and v.supported(step.command, features):
             try:
                 observed = system.step(step.command)
             except Exception as error:  # the system failed: stop, keep the trace so far
                 return report(f"step {step.seq}: system failed: {error}", broken=True)
+        if observed is not None:
             failures += sut.check(step.command, expected, observed)
         outcomes.append(StepOutcome(step.seq, step.command, expected, step.observation if recording else None,
                                     observed, tuple(failures)))

@@ -192,3 +192,23 @@ def test_the_pytest_fixture_fails_with_the_step_table_and_the_trace(kpurgatory_c
     assert "fails the timer profile at level exact (seed 3)" in message and "✗" in message
     path = Path(message.split("counterexample: ")[1].strip())
     assert path.is_relative_to(tmp_path) and read_traces(path)[0].header.profile == "timer"
+
+
+def test_a_counterexample_alone_reproduces_the_failure_and_a_live_system_replaces_its_answers(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    result = run_check(LateReaper, profile="timer", examples=100, steps=30, seed=3, out_dir=tmp_path)
+    assert not result.passed
+    (trace,) = read_traces(result.trace_path)
+    last = trace.steps[-1]
+    assert last.system is not None and last.system != last.observation  # the system's answer beside the model's
+    runner = CliRunner()
+    alone = runner.invoke(main, ["replay", str(result.trace_path)], terminal_width=200)
+    assert alone.exit_code == 1, alone.output
+    assert f"FAIL {trace.trace_id} at step {last.seq}" in alone.output
+    assert "system differs from the model" in alone.output
+    assert runner.invoke(main, ["replay", str(result.trace_path), "--impl", REFERENCE]).exit_code == 0
+    assert runner.invoke(main, ["replay", str(result.trace_path), "--impl", "test_check:LateReaper"]).exit_code == 1
+    old = tmp_path / "without-answers.jsonl"  # a counterexample as written before answers were recorded
+    old.write_text(dumps(attrs.evolve(trace, steps=[attrs.evolve(step, system=None) for step in trace.steps])))
+    assert '"system"' not in old.read_text()
+    assert runner.invoke(main, ["replay", str(old)]).exit_code == 0  # only the model's observations: they agree

@@ -75,6 +75,8 @@ def test_a_broken_adapter_ends_the_check_saying_how_and_keeps_the_partial_run(mo
     finally:
         target.system.close()
     assert reproduced.error.startswith(f"step 3: system failed: {kind}: ")
+    alone = replay(trace)  # the recorded failure to answer, without the adapter
+    assert alone.broken and alone.error.startswith(f"step 3: system failed: {kind}: ")
     assert processes_with(str(tmp_path)) == []  # the adapter and whatever it forked
 
 
