@@ -160,10 +160,27 @@ def validator(definition: str):
     return fastjsonschema.compile({**schema(), "$ref": f"#/$defs/{definition}"})
 
 
+#: the $defs that branch on ``cmd``, one ``if cmd == X then ...`` per command
+PER_COMMAND = ("command_shape", "observation_shape")
+
+
+@functools.cache
+def command_validator(definition: str, cmd: str):
+    """`validator` for documents whose ``cmd`` is ``cmd``: the schema with the per-command branches cut to that
+    command's. It says exactly what the whole schema says (the other branches never apply), several times faster."""
+    whole = schema()
+    defs = {**whole["$defs"], **{name: {"allOf": [branch for branch in whole["$defs"][name]["allOf"]
+                                                  if branch["if"]["properties"]["cmd"]["const"] == cmd]}
+                                 for name in PER_COMMAND}}
+    return fastjsonschema.compile({**whole, "$defs": defs, "$ref": f"#/$defs/{definition}"})
+
+
 def validate(definition: str, document: object) -> None:
-    """Raise ValueError naming the field at fault ("data.args.delay_ms must be integer")."""
+    """Raise ValueError naming the field at fault ("data.args.delay_ms must be integer"). A document with a known
+    ``cmd`` is checked against that command's part of the schema only."""
+    cmd = document.get("cmd") if isinstance(document, dict) else None
     try:
-        validator(definition)(document)
+        (command_validator(definition, cmd) if cmd in v.COMMANDS else validator(definition))(document)
     except fastjsonschema.JsonSchemaValueException as error:
         raise ValueError(error.message.replace("data.", "", 1) if error.message.startswith("data.") else
                          error.message) from None
