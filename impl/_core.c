@@ -27,6 +27,22 @@
  * a cancel moves it to IDLE from any state, so a task handed over and then cancelled or re-added before its turn is
  * skipped at its turn: the pure-Python implementation's "entry is still the task's current entry" rule.
  *
+ * The purgatory part: the op (a timer task with a `completed` flag and a lock), the shard map of watch lists, the
+ * estimate of operations and the purge sweep. Its critical sections:
+ *   - completing an op: the test and the set of `completed` are one stretch, so exactly one of any number of racing
+ *     force_complete calls wins (the compare-and-set Kafka uses); the winner then cancels the timeout and calls
+ *     on_complete outside any lock;
+ *   - the estimate: incremented and reset in one stretch each (Kafka's AtomicInteger);
+ *   - Kafka's per-op lock stays around every try_complete the purgatory makes, because try_complete is user code
+ *     that runs with the GIL coming and going: an OpLock (reentrant) unless the op was given a lock of its own. The
+ *     watch-then-try-again of try_complete_else_watch holds it throughout, so a check that runs once the op is on a
+ *     list waits for it and then finds the op: no lost wakeup;
+ *   - a shard's dict and lists: a shard lock, because a key's __hash__/__eq__ and the allocation of a list can run
+ *     Python code. No user callback runs under a shard lock; a check walks a copy and rebuilds the list under it.
+ * The op and shard locks are thread ids taken in one stretch; a thread that finds one taken releases the GIL while
+ * it waits (see spin_wait). Lock order, as in the pure-Python implementation: op lock, then a shard lock; the timer
+ * has no lock to order.
+ *
  * Faults: `faults` is a bit set of seeded bugs, zero except under `kpurgatory mutants`, which checks that the
  * conformance suite kills each one in this code as it does in the pure-Python implementation. Each is one
  * branch on a field already in cache.
@@ -35,6 +51,7 @@
 #include <Python.h>
 #include <structmember.h>
 #include <stddef.h>
+#include <unistd.h>
 
 typedef __int128 i128;
 
@@ -115,7 +132,10 @@ struct Core {
 };
 
 static PyTypeObject TaskType, CoreType;
-static PyObject *str_run, *str_now_ms, *str_advance_to, *str_wake, *str_timer_domain_error;
+static PyObject *str_run, *str_now_ms, *str_advance_to, *str_wake, *str_timer_domain_error, *str_acquire,
+    *str_release, *str_on_complete, *str_on_expiration, *str_try_complete, *str_force_complete, *str_safe_try_complete,
+    *str_safe_try_complete_or_else, *str_add_to_timer, *str_remove_key_if_empty,
+    *str_completed, *str_checked_keys, *str_cancel, *str_advance_clock;
 
 /* ------------------------------------------------------------------------------------------------------------ */
 /* Buckets                                                                                                        */
@@ -709,9 +729,9 @@ static PyObject *bucket_tasks(Bucket *b)
     return tasks;
 }
 
-/* [(tick_ms, wheel_size, current_ms, [(slot, expiration_ms, [task, ...]), ...]), ...], finest level first. The
- * lists are built while the GIL is held throughout: a collection they trigger runs no code that can switch threads
- * before the snapshot is complete only if no finalizer does; read-outs are for tests and adapters. */
+/* [(tick_ms, wheel_size, current_ms, [(slot, expiration_ms, [task, ...]), ...]), ...], finest level first. A read-out
+ * for tests and adapters: building its lists may start a collection whose finalizers could let another thread
+ * change the wheels between two buckets, so it is exact only when nothing else runs (as where the suite uses it). */
 static PyObject *core_levels(Core *self, PyObject *unused)
 {
     if (!core_ready(self)) return NULL;
@@ -880,6 +900,876 @@ static PyTypeObject CoreType = {
 };
 
 /* ------------------------------------------------------------------------------------------------------------ */
+/* Locks that wait without holding the GIL                                                                        */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/* A lock is the id of the thread holding it (0: free). Taking a free lock is a test and a store in one stretch,
+ * atomic under the GIL; a thread that finds it taken gives up the GIL and sleeps (1 us, doubling up to 1 ms) before
+ * it looks again, so the holder can run and release it. Holders never wait for the GIL while holding one of these
+ * in a way the waiter could block: waiters hold nothing. */
+static void spin_wait(unsigned long *owner, unsigned long me)
+{
+    unsigned int pause_us = 1;
+    while (*owner != 0) {
+        Py_BEGIN_ALLOW_THREADS
+        usleep(pause_us);
+        Py_END_ALLOW_THREADS
+        if (pause_us < 1000) pause_us *= 2;
+    }
+    *owner = me;
+}
+
+/* The op lock: reentrant, as Kafka's ReentrantLock. */
+typedef struct {
+    PyObject_HEAD
+    unsigned long owner;
+    long count;
+} OpLock;
+
+static PyTypeObject OpLockType;
+
+static void oplock_acquire(OpLock *lock)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (lock->owner == me) { lock->count++; return; }
+    if (lock->owner == 0) lock->owner = me;
+    else spin_wait(&lock->owner, me);
+    lock->count = 1;
+}
+
+static int oplock_release(OpLock *lock)
+{
+    if (lock->owner != PyThread_get_thread_ident()) {
+        PyErr_SetString(PyExc_RuntimeError, "cannot release an op lock this thread does not hold");
+        return -1;
+    }
+    if (--lock->count == 0) lock->owner = 0;
+    return 0;
+}
+
+static PyObject *oplock_acquire_method(OpLock *self, PyObject *unused) { oplock_acquire(self); Py_RETURN_TRUE; }
+
+static PyObject *oplock_release_method(OpLock *self, PyObject *unused)
+{
+    if (oplock_release(self) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *oplock_exit(OpLock *self, PyObject *args) { return oplock_release_method(self, NULL); }
+
+static PyObject *oplock_locked(OpLock *self, PyObject *unused) { return PyBool_FromLong(self->owner != 0); }
+
+static PyMethodDef oplock_methods[] = {
+    {"acquire", (PyCFunction)oplock_acquire_method, METH_NOARGS, "Take the lock, waiting as long as it takes."},
+    {"release", (PyCFunction)oplock_release_method, METH_NOARGS, "Release one level of the lock."},
+    {"__enter__", (PyCFunction)oplock_acquire_method, METH_NOARGS, NULL},
+    {"__exit__", (PyCFunction)oplock_exit, METH_VARARGS, NULL},
+    {"locked", (PyCFunction)oplock_locked, METH_NOARGS, "Whether some thread holds it."},
+    {NULL},
+};
+
+static PyTypeObject OpLockType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kpurgatory.impl._core.OpLock",
+    .tp_doc = "A reentrant lock for one delayed operation (what DelayedOperation uses unless given a lock).",
+    .tp_basicsize = sizeof(OpLock),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_methods = oplock_methods,
+};
+
+/* Any lock: an OpLock directly, anything else (a caller's threading lock) through acquire()/release(). */
+static int lock_acquire(PyObject *lock)
+{
+    if (Py_TYPE(lock) == &OpLockType) { oplock_acquire((OpLock *)lock); return 0; }
+    PyObject *result = PyObject_CallMethodNoArgs(lock, str_acquire);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 0;
+}
+
+/* Release, keeping any exception already set (the release runs on the way out of a failed call too). */
+static int lock_release(PyObject *lock)
+{
+    PyObject *type, *value, *traceback;
+    PyErr_Fetch(&type, &value, &traceback);
+    int status;
+    if (Py_TYPE(lock) == &OpLockType) {
+        status = oplock_release((OpLock *)lock);
+    } else {
+        PyObject *result = PyObject_CallMethodNoArgs(lock, str_release);
+        status = result == NULL ? -1 : 0;
+        Py_XDECREF(result);
+    }
+    if (type != NULL) {
+        if (status < 0) PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+        return -1;
+    }
+    return status;
+}
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* DelayedOperation                                                                                               */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+typedef struct {
+    Task task;
+    char completed;
+    PyObject *lock;
+} Operation;
+
+static PyTypeObject OperationType;
+/* The C methods a Python subclass may override (the mutants do): when it does, the purgatory calls the override. */
+static PyObject *op_safe_try_complete_impl, *op_safe_try_complete_or_else_impl;
+
+static int overrides(PyObject *op, PyObject *name, PyObject *ours)
+{
+    return _PyType_Lookup(Py_TYPE(op), name) != ours;
+}
+
+static int operation_init(Operation *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *delay, *lock = Py_None;
+    static char *kwlist[] = {"delay_ms", "lock", NULL};
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:DelayedOperation", kwlist, &delay, &lock)) return -1;
+    PyObject *task_args = PyTuple_Pack(1, delay);
+    if (task_args == NULL) return -1;
+    int status = task_init(&self->task, task_args, NULL);
+    Py_DECREF(task_args);
+    if (status < 0) return -1;
+    self->completed = 0;
+    PyObject *chosen = lock != Py_None ? Py_NewRef(lock) : PyType_GenericNew(&OpLockType, NULL, NULL);
+    if (chosen == NULL) return -1;
+    Py_XSETREF(self->lock, chosen);
+    return 0;
+}
+
+static int operation_traverse(Operation *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->lock);
+    return 0;
+}
+
+static int operation_clear(Operation *self)
+{
+    Py_CLEAR(self->lock);
+    return 0;
+}
+
+static void operation_dealloc(Operation *self)
+{
+    PyObject_GC_UnTrack(self);
+    operation_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Complete the op if nobody has yet: the test and the set are one stretch, so exactly one caller gets 1 however many
+ * threads race (try, check, expiry, force); that caller cancels the timeout and runs on_complete. */
+static int force_complete(Operation *op)
+{
+    if (op->completed) return 0;
+    op->completed = 1;
+    Py_XDECREF(task_detach(&op->task));
+    PyObject *result = PyObject_CallMethodNoArgs((PyObject *)op, str_on_complete);
+    Py_XDECREF(result);
+    return result == NULL ? -1 : 1;
+}
+
+static PyObject *operation_force_complete(Operation *self, PyObject *unused)
+{
+    int won = force_complete(self);
+    return won < 0 ? NULL : PyBool_FromLong(won);
+}
+
+static PyObject *call_try_complete(PyObject *op) { return PyObject_CallMethodNoArgs(op, str_try_complete); }
+
+/* Under the op lock: a completed op is not tried again (KAFKA-17848). */
+static PyObject *safe_try_complete(Operation *op)
+{
+    if (lock_acquire(op->lock) < 0) return NULL;
+    PyObject *result = op->completed ? Py_NewRef(Py_False) : call_try_complete((PyObject *)op);
+    if (lock_release(op->lock) < 0) Py_CLEAR(result);
+    return result;
+}
+
+static PyObject *operation_safe_try_complete(Operation *self, PyObject *unused) { return safe_try_complete(self); }
+
+/* Under the op lock: try; if that fails run action (watch the keys) and try once more. */
+static PyObject *operation_safe_try_complete_or_else(Operation *self, PyObject *action)
+{
+    if (lock_acquire(self->lock) < 0) return NULL;
+    PyObject *result = call_try_complete((PyObject *)self);
+    if (result != NULL) {
+        int done = PyObject_IsTrue(result);
+        if (done != 0) {
+            if (done < 0) Py_CLEAR(result);
+        } else {
+            Py_DECREF(result);
+            PyObject *acted = PyObject_CallNoArgs(action);
+            result = acted == NULL ? NULL : call_try_complete((PyObject *)self);
+            Py_XDECREF(acted);
+        }
+    }
+    if (lock_release(self->lock) < 0) Py_CLEAR(result);
+    return result;
+}
+
+/* The timer's expiry: complete (through force_complete, which a subclass may override) and only if that won, call
+ * on_expiration. */
+static PyObject *operation_run(Operation *self, PyObject *unused)
+{
+    PyObject *won = PyObject_CallMethodNoArgs((PyObject *)self, str_force_complete);
+    if (won == NULL) return NULL;
+    int truth = PyObject_IsTrue(won);
+    Py_DECREF(won);
+    if (truth < 0) return NULL;
+    if (truth) return PyObject_CallMethodNoArgs((PyObject *)self, str_on_expiration);
+    Py_RETURN_NONE;
+}
+
+static PyObject *operation_abstract(Operation *self, PyObject *unused)
+{
+    PyErr_SetString(PyExc_NotImplementedError, "DelayedOperation subclasses define try_complete, on_complete and "
+                                               "on_expiration");
+    return NULL;
+}
+
+static PyMethodDef operation_methods[] = {
+    {"force_complete", (PyCFunction)operation_force_complete, METH_NOARGS,
+     "Complete the op if nobody has yet: only the first caller gets True; it cancels the timeout and runs "
+     "on_complete."},
+    {"safe_try_complete", (PyCFunction)operation_safe_try_complete, METH_NOARGS,
+     "Under the op lock: a completed op is not tried again (KAFKA-17848)."},
+    {"safe_try_complete_or_else", (PyCFunction)operation_safe_try_complete_or_else, METH_O,
+     "Under the op lock: try; if that fails run action (watch the keys) and try once more."},
+    {"run", (PyCFunction)operation_run, METH_NOARGS,
+     "The timer's expiry: complete, and only if that won, call on_expiration."},
+    {"try_complete", (PyCFunction)operation_abstract, METH_NOARGS,
+     "Return self.force_complete() if the condition holds, else False. Runs under lock."},
+    {"on_complete", (PyCFunction)operation_abstract, METH_NOARGS,
+     "Runs exactly once, in the thread whose force_complete won."},
+    {"on_expiration", (PyCFunction)operation_abstract, METH_NOARGS, "Runs after on_complete when the timeout won."},
+    {NULL},
+};
+
+static PyMemberDef operation_members[] = {
+    {"completed", T_BOOL, offsetof(Operation, completed), 0, "Whether the op has completed (set once)."},
+    {"lock", T_OBJECT, offsetof(Operation, lock), 0, "The lock try_complete runs under."},
+    {NULL},
+};
+
+static PyTypeObject OperationType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kpurgatory.impl._core.DelayedOperation",
+    .tp_doc = "An operation that completes exactly once: when try_complete finds its condition true, when it times "
+              "out (on_complete then on_expiration), or when somebody calls force_complete. lock guards "
+              "try_complete; pass one to share it with other state (Kafka's Optional<Lock> constructor).",
+    .tp_basicsize = sizeof(Operation),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_base = &TaskType,
+    .tp_init = (initproc)operation_init,
+    .tp_dealloc = (destructor)operation_dealloc,
+    .tp_traverse = (traverseproc)operation_traverse,
+    .tp_clear = (inquiry)operation_clear,
+    .tp_methods = operation_methods,
+    .tp_members = operation_members,
+};
+
+/* ------------------------------------------------------------------------------------------------------------ */
+/* PurgatoryCore: the shard map of watch lists, the estimate, the purge                                           */
+/* ------------------------------------------------------------------------------------------------------------ */
+
+/* Watch lists live in shards: a dict key -> list of ops, and its lock. A shard lock is held only to find, create,
+ * append to, rebuild or drop a key's list, never while an op's callbacks run; code that can run Python there is a
+ * key's __hash__/__eq__ (plain str, int, tuple keys run none) and the allocation of a list. A walk copies the list,
+ * walks the copy without the shard lock, then rebuilds the list under it, keeping ops appended meanwhile. */
+typedef struct { PyObject *map; unsigned long owner; } Shard;
+
+typedef struct {
+    PyObject_HEAD
+    Shard *shards;
+    Py_ssize_t shard_count;
+    Py_ssize_t estimate;
+    long long purge_interval;
+    PyObject *timer;
+    PyObject *on_error;
+    char custom_add_to_timer, custom_remove_key;
+    PyObject *dict;
+    PyObject *weakrefs;
+} Purgatory;
+
+static PyTypeObject PurgatoryType;
+
+static int shard_acquire(Shard *shard)
+{
+    unsigned long me = PyThread_get_thread_ident();
+    if (shard->owner == 0) { shard->owner = me; return 0; }
+    if (shard->owner == me) {
+        PyErr_SetString(PyExc_RuntimeError, "a purgatory key's __hash__ or __eq__ called back into the purgatory");
+        return -1;
+    }
+    spin_wait(&shard->owner, me);
+    return 0;
+}
+
+static void shard_release(Shard *shard) { shard->owner = 0; }
+
+static int purgatory_ready(Purgatory *p)
+{
+    if (p->shards == NULL || p->timer == NULL || !PyObject_TypeCheck(p->timer, &CoreType)) {
+        PyErr_SetString(PyExc_RuntimeError, "the purgatory core is not set up over a compiled timer");
+        return 0;
+    }
+    return 1;
+}
+
+static Shard *shard_of(Purgatory *p, PyObject *key)
+{
+    Py_hash_t hash = PyObject_Hash(key);
+    if (hash == -1) {
+        if (PyErr_ExceptionMatches(PyExc_TypeError)) {
+            PyErr_Clear();
+            PyErr_Format(PyExc_TypeError, "purgatory keys must be hashable, got %R", key);
+        }
+        return NULL;
+    }
+    return &p->shards[(size_t)hash & (size_t)(p->shard_count - 1)];
+}
+
+static PyObject *purgatory_setup(Purgatory *self, PyObject *args)
+{
+    Py_ssize_t count;
+    int custom_add_to_timer, custom_remove_key;
+    if (!PyArg_ParseTuple(args, "npp:_setup_watchers", &count, &custom_add_to_timer, &custom_remove_key)) return NULL;
+    if (self->shards != NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "the purgatory core is already set up");
+        return NULL;
+    }
+    self->shards = PyMem_Calloc(count, sizeof(Shard));
+    if (self->shards == NULL) return PyErr_NoMemory();
+    self->shard_count = count;
+    for (Py_ssize_t i = 0; i < count; i++)
+        if ((self->shards[i].map = PyDict_New()) == NULL) return NULL;
+    self->custom_add_to_timer = (char)custom_add_to_timer;
+    self->custom_remove_key = (char)custom_remove_key;
+    Py_RETURN_NONE;
+}
+
+/* Under the shard lock: drop the key only if the map still holds this very list and it is empty (Kafka's identity
+ * rule: a concurrent cancel_for_key and re-watch may have put a new list there), or as a subclass's hook says. */
+static int remove_key_if_empty(Purgatory *p, Shard *shard, PyObject *key, PyObject *operations)
+{
+    if (p->custom_remove_key) {
+        PyObject *result = PyObject_CallMethodObjArgs((PyObject *)p, str_remove_key_if_empty, shard->map, key,
+                                                      operations, NULL);
+        Py_XDECREF(result);
+        return result == NULL ? -1 : 0;
+    }
+    if (PyList_GET_SIZE(operations) != 0) return 0;
+    PyObject *current = PyDict_GetItemWithError(shard->map, key);
+    if (current == operations) return PyDict_DelItem(shard->map, key);
+    return current == NULL && PyErr_Occurred() ? -1 : 0;
+}
+
+static int op_completed(PyObject *op)
+{
+    if (PyObject_TypeCheck(op, &OperationType)) return ((Operation *)op)->completed;
+    PyObject *flag = PyObject_GetAttr(op, str_completed);
+    if (flag == NULL) return -1;
+    int truth = PyObject_IsTrue(flag);
+    Py_DECREF(flag);
+    return truth;
+}
+
+static int watch_all_keys(Purgatory *p, Operation *op, PyObject *keys)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(keys); i++) {
+        if (op->completed) break; /* KAFKA-18027: no new watches for an op that is already complete */
+        PyObject *key = PyTuple_GET_ITEM(keys, i);
+        Shard *shard = shard_of(p, key);
+        if (shard == NULL || shard_acquire(shard) < 0) return -1;
+        /* Kafka's watchForOperation: find or create the key's list, append */
+        PyObject *operations = PyDict_GetItemWithError(shard->map, key);
+        int status;
+        if (operations != NULL) {
+            status = PyList_Append(operations, (PyObject *)op);
+        } else if (PyErr_Occurred()) {
+            status = -1;
+        } else {
+            PyObject *fresh = PyList_New(1);
+            status = fresh == NULL ? -1 : 0;
+            if (fresh != NULL) {
+                PyList_SET_ITEM(fresh, 0, Py_NewRef(op));
+                status = PyDict_SetItem(shard->map, key, fresh);
+                Py_DECREF(fresh);
+            }
+        }
+        shard_release(shard);
+        if (status < 0) return -1;
+    }
+    p->estimate++; /* one stretch: no lost increment */
+    return 0;
+}
+
+/* The action of safe_try_complete_or_else when a subclass overrides it: a callable that watches the keys. */
+typedef struct {
+    PyObject_HEAD
+    Purgatory *purgatory;
+    Operation *op;
+    PyObject *keys;
+    char watched;
+} Watch;
+
+static PyTypeObject WatchType;
+
+static PyObject *watch_call(Watch *self, PyObject *args, PyObject *kwds)
+{
+    if (watch_all_keys(self->purgatory, self->op, self->keys) < 0) return NULL;
+    self->watched = 1;
+    Py_RETURN_NONE;
+}
+
+static void watch_dealloc(Watch *self)
+{
+    Py_XDECREF(self->purgatory);
+    Py_XDECREF(self->op);
+    Py_XDECREF(self->keys);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyTypeObject WatchType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kpurgatory.impl._core.Watch",
+    .tp_doc = "Watches an op under its keys when called (the action of safe_try_complete_or_else).",
+    .tp_basicsize = sizeof(Watch),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_call = (ternaryfunc)watch_call,
+    .tp_dealloc = (destructor)watch_dealloc,
+};
+
+/* Put a watched op in the timer unless it completed; if it completed meanwhile (or expired on the spot by the add),
+ * take it out again. */
+static int add_to_timer(Purgatory *p, Operation *op)
+{
+    if (p->custom_add_to_timer) {
+        PyObject *result = PyObject_CallMethodOneArg((PyObject *)p, str_add_to_timer, (PyObject *)op);
+        Py_XDECREF(result);
+        return result == NULL ? -1 : 0;
+    }
+    if (op->completed) return 0;
+    if (core_schedule((Core *)p->timer, &op->task) < 0) return -1;
+    if (op->completed) Py_XDECREF(task_detach(&op->task));
+    return 0;
+}
+
+static PyObject *purgatory_add_to_timer(Purgatory *self, PyObject *op)
+{
+    if (!purgatory_ready(self)) return NULL;
+    if (!PyObject_TypeCheck(op, &OperationType)) {
+        PyErr_Format(PyExc_TypeError, "expected a DelayedOperation of the compiled core, got %R", op);
+        return NULL;
+    }
+    if (op_completed(op)) Py_RETURN_NONE;
+    if (core_schedule((Core *)self->timer, (Task *)op) < 0) return NULL;
+    if (((Operation *)op)->completed) Py_XDECREF(task_detach((Task *)op));
+    Py_RETURN_NONE;
+}
+
+/* The watch keys as a tuple: plain non-empty str keys in a tuple or list pass at once, anything else goes through
+ * the pure-Python checked_keys for its clear errors. */
+static PyObject *checked_keys(PyObject *keys)
+{
+    if ((PyTuple_CheckExact(keys) || PyList_CheckExact(keys)) && PySequence_Fast_GET_SIZE(keys) > 0) {
+        Py_ssize_t n = PySequence_Fast_GET_SIZE(keys);
+        PyObject **items = PySequence_Fast_ITEMS(keys);
+        int plain = 1;
+        for (Py_ssize_t i = 0; i < n && plain; i++)
+            plain = PyUnicode_CheckExact(items[i]) && PyUnicode_GET_LENGTH(items[i]) > 0;
+        if (plain) return PyTuple_CheckExact(keys) ? Py_NewRef(keys) : PyList_AsTuple(keys);
+    }
+    PyObject *module = PyImport_ImportModule("kpurgatory.impl.purgatory");
+    if (module == NULL) return NULL;
+    PyObject *result = PyObject_CallMethodOneArg(module, str_checked_keys, keys);
+    Py_DECREF(module);
+    return result;
+}
+
+static PyObject *purgatory_try_complete_else_watch(Purgatory *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "try_complete_else_watch(op, keys)");
+        return NULL;
+    }
+    if (!purgatory_ready(self)) return NULL;
+    if (!PyObject_TypeCheck(args[0], &OperationType)) {
+        PyErr_Format(PyExc_TypeError, "expected a DelayedOperation of the compiled core, got %R", args[0]);
+        return NULL;
+    }
+    Operation *op = (Operation *)args[0];
+    PyObject *keys = checked_keys(args[1]);
+    if (keys == NULL) return NULL;
+    /* refuse before watching: no op left without a timeout */
+    Core *timer = (Core *)self->timer;
+    int ok;
+    long long now = read_clock(timer, &ok), expiration;
+    if (!ok) { Py_DECREF(keys); return NULL; }
+    if (op->task.delay_ms > 0 && __builtin_add_overflow(now, op->task.delay_ms, &expiration)) {
+        PyObject *message = PyUnicode_FromFormat("delay_ms=%lld at now=%lld gives an expiration > Long.MAX_VALUE "
+                                                 "(%lld)", op->task.delay_ms, now, LLONG_MAX);
+        if (message != NULL) domain_error("delay_out_of_range", message);
+        Py_XDECREF(message);
+        Py_DECREF(keys);
+        return NULL;
+    }
+    PyObject *result;
+    int watched;
+    if (overrides((PyObject *)op, str_safe_try_complete_or_else, op_safe_try_complete_or_else_impl)) {
+        Watch *action = PyObject_New(Watch, &WatchType);
+        if (action == NULL) { Py_DECREF(keys); return NULL; }
+        action->purgatory = (Purgatory *)Py_NewRef(self);
+        action->op = (Operation *)Py_NewRef(op);
+        action->keys = Py_NewRef(keys);
+        action->watched = 0;
+        result = PyObject_CallMethodOneArg((PyObject *)op, str_safe_try_complete_or_else, (PyObject *)action);
+        watched = action->watched;
+        Py_DECREF(action);
+    } else { /* safe_try_complete_or_else, inline */
+        watched = 0;
+        if (lock_acquire(op->lock) < 0) { Py_DECREF(keys); return NULL; }
+        result = call_try_complete((PyObject *)op);
+        if (result != NULL) {
+            int done = PyObject_IsTrue(result);
+            if (done != 0) {
+                if (done < 0) Py_CLEAR(result);
+            } else {
+                Py_CLEAR(result);
+                if (watch_all_keys(self, op, keys) == 0) {
+                    watched = 1;
+                    result = call_try_complete((PyObject *)op);
+                }
+            }
+        }
+        if (lock_release(op->lock) < 0) Py_CLEAR(result);
+    }
+    Py_DECREF(keys);
+    int truth = result == NULL ? -1 : PyObject_IsTrue(result);
+    Py_XDECREF(result);
+    if (truth < 0) {
+        if (watched) { /* watched ops must be able to time out, whatever the caller's code did */
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            if (add_to_timer(self, op) < 0) PyErr_Clear();
+            PyErr_Restore(type, value, traceback);
+        }
+        return NULL;
+    }
+    if (truth) Py_RETURN_TRUE;
+    if (add_to_timer(self, op) < 0) return NULL;
+    Py_RETURN_FALSE;
+}
+
+/* ``operations`` less the entries at the removed positions of the walked ``snapshot`` (as Kafka's iterator removes
+ * the entry it visits); entries appended during the walk follow the snapshot and are kept. If another thread
+ * reshaped the walked prefix meanwhile, positions mean nothing any more: one occurrence per removed entry goes, by
+ * identity. Runs under the shard lock and calls no Python code. */
+static int without_visited(PyObject *operations, PyObject *snapshot, const char *removed)
+{
+    Py_ssize_t prefix = PyList_GET_SIZE(snapshot), size = PyList_GET_SIZE(operations);
+    int same = size >= prefix;
+    for (Py_ssize_t i = 0; same && i < prefix; i++)
+        same = PyList_GET_ITEM(operations, i) == PyList_GET_ITEM(snapshot, i);
+    PyObject *kept = PyList_New(0);
+    if (kept == NULL) return -1;
+    if (same) {
+        for (Py_ssize_t i = 0; i < size; i++)
+            if ((i >= prefix || !removed[i]) && PyList_Append(kept, PyList_GET_ITEM(operations, i)) < 0) goto error;
+    } else {
+        char *used = PyMem_Calloc(prefix ? prefix : 1, 1);
+        if (used == NULL) { PyErr_NoMemory(); goto error; }
+        for (Py_ssize_t i = 0; i < size; i++) {
+            PyObject *op = PyList_GET_ITEM(operations, i);
+            int drop = 0;
+            for (Py_ssize_t j = 0; j < prefix && !drop; j++)
+                if (removed[j] && !used[j] && PyList_GET_ITEM(snapshot, j) == op) used[j] = drop = 1;
+            if (!drop && PyList_Append(kept, op) < 0) { PyMem_Free(used); goto error; }
+        }
+        PyMem_Free(used);
+    }
+    int status = PyList_SetSlice(operations, 0, size, kept);
+    Py_DECREF(kept);
+    return status;
+error:
+    Py_DECREF(kept);
+    return -1;
+}
+
+static PyObject *purgatory_check_and_complete(Purgatory *self, PyObject *key)
+{
+    if (!purgatory_ready(self)) return NULL;
+    Shard *shard = shard_of(self, key);
+    if (shard == NULL || shard_acquire(shard) < 0) return NULL;
+    PyObject *operations = PyDict_GetItemWithError(shard->map, key);
+    PyObject *snapshot = operations != NULL ? PyList_GetSlice(operations, 0, PyList_GET_SIZE(operations)) : NULL;
+    Py_XINCREF(operations);
+    shard_release(shard);
+    if (operations == NULL || snapshot == NULL) {
+        Py_XDECREF(operations);
+        return PyErr_Occurred() ? NULL : PyLong_FromLong(0);
+    }
+    Py_ssize_t n = PyList_GET_SIZE(snapshot), completed = 0;
+    char *removed = PyMem_Calloc(n ? n : 1, 1);
+    int any_removed = 0, failed = removed == NULL;
+    if (removed == NULL) PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n && !failed; i++) {
+        PyObject *op = PyList_GET_ITEM(snapshot, i);
+        int done = op_completed(op);
+        if (done < 0) { failed = 1; break; }
+        if (!done) {
+            PyObject *result = PyObject_TypeCheck(op, &OperationType)
+                    && !overrides(op, str_safe_try_complete, op_safe_try_complete_impl)
+                ? safe_try_complete((Operation *)op) : PyObject_CallMethodNoArgs(op, str_safe_try_complete);
+            int won = result == NULL ? -1 : PyObject_IsTrue(result);
+            Py_XDECREF(result);
+            if (won > 0) completed++;
+            if (won < 0) { /* see "Errors in user code": reported, and the walk goes on */
+                PyObject *error = fetch_error();
+                PyObject *reported = PyObject_CallFunctionObjArgs(self->on_error, error ? error : Py_None, op, NULL);
+                Py_XDECREF(error);
+                if (reported == NULL) { failed = 1; break; }
+                Py_DECREF(reported);
+            }
+            done = op_completed(op);
+            if (done < 0) { failed = 1; break; }
+            if (!done) continue;
+        }
+        removed[i] = 1;
+        any_removed = 1;
+    }
+    if (!failed && (any_removed || n == 0)) {
+        if (shard_acquire(shard) < 0) {
+            failed = 1;
+        } else {
+            if (any_removed && without_visited(operations, snapshot, removed) < 0) failed = 1;
+            if (!failed && remove_key_if_empty(self, shard, key, operations) < 0) failed = 1;
+            shard_release(shard);
+        }
+    }
+    PyMem_Free(removed);
+    Py_DECREF(snapshot);
+    Py_DECREF(operations);
+    return failed ? NULL : PyLong_FromSsize_t(completed);
+}
+
+static PyObject *purgatory_cancel_for_key(Purgatory *self, PyObject *key)
+{
+    if (!purgatory_ready(self)) return NULL;
+    Shard *shard = shard_of(self, key);
+    if (shard == NULL || shard_acquire(shard) < 0) return NULL;
+    PyObject *operations = PyDict_GetItemWithError(shard->map, key);
+    int failed = 0;
+    if (operations != NULL) {
+        Py_INCREF(operations);
+        failed = PyDict_DelItem(shard->map, key) < 0;
+    }
+    shard_release(shard);
+    if (failed || (operations == NULL && PyErr_Occurred())) { Py_XDECREF(operations); return NULL; }
+    if (operations == NULL) return PyList_New(0);
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(operations); i++) {
+        PyObject *op = PyList_GET_ITEM(operations, i);
+        if (PyObject_TypeCheck(op, &TaskType)) {
+            Py_XDECREF(task_detach((Task *)op));
+        } else {
+            PyObject *result = PyObject_CallMethodNoArgs(op, str_cancel);
+            if (result == NULL) { Py_DECREF(operations); return NULL; }
+            Py_DECREF(result);
+        }
+    }
+    return operations;
+}
+
+static PyObject *purgatory_watched(Purgatory *self, PyObject *unused)
+{
+    if (!purgatory_ready(self)) return NULL;
+    Py_ssize_t total = 0;
+    for (Py_ssize_t i = 0; i < self->shard_count; i++) {
+        Shard *shard = &self->shards[i];
+        if (shard_acquire(shard) < 0) return NULL;
+        Py_ssize_t position = 0;
+        PyObject *key, *operations;
+        while (PyDict_Next(shard->map, &position, &key, &operations)) total += PyList_GET_SIZE(operations);
+        shard_release(shard);
+    }
+    return PyLong_FromSsize_t(total);
+}
+
+static PyObject *purgatory_watcher_keys(Purgatory *self, PyObject *unused)
+{
+    if (!purgatory_ready(self)) return NULL;
+    PyObject *keys = PyList_New(0);
+    if (keys == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < self->shard_count; i++) {
+        Shard *shard = &self->shards[i];
+        if (shard_acquire(shard) < 0) { Py_DECREF(keys); return NULL; }
+        Py_ssize_t position = 0;
+        PyObject *key, *operations;
+        int failed = 0;
+        while (!failed && PyDict_Next(shard->map, &position, &key, &operations)) failed = PyList_Append(keys, key) < 0;
+        shard_release(shard);
+        if (failed) { Py_DECREF(keys); return NULL; }
+    }
+    if (PyList_Sort(keys) < 0) { Py_DECREF(keys); return NULL; }
+    return keys;
+}
+
+/* The purge sweep: drop completed ops from every list, and the lists left empty. */
+static Py_ssize_t purge_completed(Purgatory *p)
+{
+    Py_ssize_t purged = 0;
+    for (Py_ssize_t i = 0; i < p->shard_count; i++) {
+        Shard *shard = &p->shards[i];
+        if (shard_acquire(shard) < 0) return -1;
+        PyObject *items = PyDict_Items(shard->map);
+        int failed = items == NULL;
+        for (Py_ssize_t j = 0; !failed && j < PyList_GET_SIZE(items); j++) {
+            PyObject *key = PyTuple_GET_ITEM(PyList_GET_ITEM(items, j), 0);
+            PyObject *operations = PyTuple_GET_ITEM(PyList_GET_ITEM(items, j), 1);
+            Py_ssize_t size = PyList_GET_SIZE(operations), kept = 0;
+            for (Py_ssize_t k = 0; k < size; k++) {
+                PyObject *op = PyList_GET_ITEM(operations, k);
+                int done = op_completed(op);
+                if (done < 0) { failed = 1; break; }
+                if (!done) { /* compact in place: the list owns one reference per slot either way */
+                    PyObject *previous = PyList_GET_ITEM(operations, kept);
+                    Py_INCREF(op);
+                    PyList_SET_ITEM(operations, kept, op);
+                    Py_DECREF(previous);
+                    kept++;
+                }
+            }
+            if (failed) break;
+            if (kept != size) {
+                purged += size - kept;
+                if (PyList_SetSlice(operations, kept, size, NULL) < 0) { failed = 1; break; }
+            }
+            if (remove_key_if_empty(p, shard, key, operations) < 0) failed = 1;
+        }
+        Py_XDECREF(items);
+        shard_release(shard);
+        if (failed) return -1;
+    }
+    return purged;
+}
+
+static PyObject *purgatory_purge_completed(Purgatory *self, PyObject *unused)
+{
+    if (!purgatory_ready(self)) return NULL;
+    Py_ssize_t purged = purge_completed(self);
+    return purged < 0 ? NULL : PyLong_FromSsize_t(purged);
+}
+
+/* Release the due timer buckets (waiting up to timeout_ms for one on a real clock), then purge if more than
+ * purge_interval operations are estimated gone from the timer. Returns how many watch-list entries the purge removed,
+ * or None when no purge was due. */
+static PyObject *purgatory_advance_clock(Purgatory *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (!purgatory_ready(self)) return NULL;
+    if (nargs > 1) {
+        PyErr_SetString(PyExc_TypeError, "advance_clock(timeout_ms=0)");
+        return NULL;
+    }
+    Core *timer = (Core *)self->timer;
+    int waits = nargs == 1 ? PyObject_IsTrue(args[0]) : 0;
+    if (waits < 0) return NULL;
+    if (waits) {
+        PyObject *released = PyObject_CallMethodOneArg(self->timer, str_advance_clock, args[0]);
+        if (released == NULL) return NULL;
+        Py_DECREF(released);
+    } else if (core_drain(timer) < 0) {
+        return NULL;
+    }
+    if ((long long)(self->estimate - timer->count) <= self->purge_interval) Py_RETURN_NONE;
+    self->estimate = timer->count;
+    Py_ssize_t purged = purge_completed(self);
+    return purged < 0 ? NULL : PyLong_FromSsize_t(purged);
+}
+
+static int purgatory_traverse(Purgatory *self, visitproc visit, void *arg)
+{
+    for (Py_ssize_t i = 0; self->shards != NULL && i < self->shard_count; i++) Py_VISIT(self->shards[i].map);
+    Py_VISIT(self->timer);
+    Py_VISIT(self->on_error);
+    Py_VISIT(self->dict);
+    return 0;
+}
+
+static int purgatory_clear(Purgatory *self)
+{
+    for (Py_ssize_t i = 0; self->shards != NULL && i < self->shard_count; i++) Py_CLEAR(self->shards[i].map);
+    Py_CLEAR(self->timer);
+    Py_CLEAR(self->on_error);
+    Py_CLEAR(self->dict);
+    return 0;
+}
+
+static void purgatory_dealloc(Purgatory *self)
+{
+    PyObject_GC_UnTrack(self);
+    if (self->weakrefs != NULL) PyObject_ClearWeakRefs((PyObject *)self);
+    purgatory_clear(self);
+    PyMem_Free(self->shards);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef purgatory_methods[] = {
+    {"_setup_watchers", (PyCFunction)purgatory_setup, METH_VARARGS,
+     "Make the shards (a power of two); say whether a subclass overrides _add_to_timer or _remove_key_if_empty."},
+    {"try_complete_else_watch", (PyCFunction)(void (*)(void))purgatory_try_complete_else_watch, METH_FASTCALL,
+     "Try to complete op; failing that, watch it under every key, try again, and put it in the timer. Returns True "
+     "only when one of this call's own tries completed the op."},
+    {"_add_to_timer", (PyCFunction)purgatory_add_to_timer, METH_O,
+     "Put a watched op in the timer unless it completed (and out again if it completed meanwhile)."},
+    {"check_and_complete", (PyCFunction)purgatory_check_and_complete, METH_O,
+     "Walk the key's list in order: drop ops already completed, try the others, drop the ones that complete. Returns "
+     "how many ops this call completed; an emptied list is removed."},
+    {"cancel_for_key", (PyCFunction)purgatory_cancel_for_key, METH_O,
+     "Remove the key's whole list and cancel each op's timeout; returns the list (stale entries and duplicates "
+     "included)."},
+    {"watched", (PyCFunction)purgatory_watched, METH_NOARGS,
+     "Entries over all watch lists: an op once per key (and per duplicate), completed ones included."},
+    {"watcher_keys", (PyCFunction)purgatory_watcher_keys, METH_NOARGS, "The keys that have a watch list, sorted."},
+    {"purge_completed", (PyCFunction)purgatory_purge_completed, METH_NOARGS,
+     "Drop completed ops from every watch list; returns how many entries went."},
+    {"advance_clock", (PyCFunction)(void (*)(void))purgatory_advance_clock, METH_FASTCALL,
+     "Release the due timer buckets, then purge if more than purge_interval operations are estimated gone."},
+    {NULL},
+};
+
+static PyMemberDef purgatory_members[] = {
+    {"estimated_total_operations", T_PYSSIZET, offsetof(Purgatory, estimate), 0,
+     "Incremented once per watch that reaches the watch phase, reset to the timer's size by a purge."},
+    {"purge_interval", T_LONGLONG, offsetof(Purgatory, purge_interval), 0, "The purge rule's interval."},
+    {"timer", T_OBJECT, offsetof(Purgatory, timer), 0, "The compiled SystemTimer."},
+    {"on_error", T_OBJECT, offsetof(Purgatory, on_error), 0, "on_error(error, op): user code failed in a walk."},
+    {NULL},
+};
+
+static PyTypeObject PurgatoryType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "kpurgatory.impl._core.PurgatoryCore",
+    .tp_doc = "The watch lists, the estimate and the purge of a DelayedOperationPurgatory (kpurgatory.impl.compiled).",
+    .tp_basicsize = sizeof(Purgatory),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE | Py_TPFLAGS_HAVE_GC,
+    .tp_new = PyType_GenericNew,
+    .tp_dealloc = (destructor)purgatory_dealloc,
+    .tp_traverse = (traverseproc)purgatory_traverse,
+    .tp_clear = (inquiry)purgatory_clear,
+    .tp_methods = purgatory_methods,
+    .tp_members = purgatory_members,
+    .tp_dictoffset = offsetof(Purgatory, dict),
+    .tp_weaklistoffset = offsetof(Purgatory, weakrefs),
+};
+
+/* ------------------------------------------------------------------------------------------------------------ */
 /* Module                                                                                                         */
 /* ------------------------------------------------------------------------------------------------------------ */
 
@@ -896,7 +1786,23 @@ PyMODINIT_FUNC PyInit__core(void)
     if ((str_advance_to = PyUnicode_InternFromString("advance_to")) == NULL) return NULL;
     if ((str_wake = PyUnicode_InternFromString("_wake")) == NULL) return NULL;
     if ((str_timer_domain_error = PyUnicode_InternFromString("TimerDomainError")) == NULL) return NULL;
-    if (PyType_Ready(&TaskType) < 0 || PyType_Ready(&CoreType) < 0) return NULL;
+    static const struct { PyObject **target; const char *text; } NAMES[] = {
+        {&str_acquire, "acquire"}, {&str_release, "release"}, {&str_on_complete, "on_complete"},
+        {&str_on_expiration, "on_expiration"}, {&str_try_complete, "try_complete"},
+        {&str_force_complete, "force_complete"}, {&str_safe_try_complete, "safe_try_complete"},
+        {&str_safe_try_complete_or_else, "safe_try_complete_or_else"}, {&str_add_to_timer, "_add_to_timer"},
+        {&str_remove_key_if_empty, "_remove_key_if_empty"},
+        {&str_completed, "completed"}, {&str_checked_keys, "checked_keys"}, {&str_cancel, "cancel"},
+        {&str_advance_clock, "advance_clock"},
+    };
+    for (size_t i = 0; i < sizeof(NAMES) / sizeof(NAMES[0]); i++)
+        if ((*NAMES[i].target = PyUnicode_InternFromString(NAMES[i].text)) == NULL) return NULL;
+    if (PyType_Ready(&TaskType) < 0 || PyType_Ready(&CoreType) < 0 || PyType_Ready(&OpLockType) < 0
+        || PyType_Ready(&OperationType) < 0 || PyType_Ready(&WatchType) < 0 || PyType_Ready(&PurgatoryType) < 0)
+        return NULL;
+    op_safe_try_complete_impl = PyDict_GetItem(OperationType.tp_dict, str_safe_try_complete);
+    op_safe_try_complete_or_else_impl = PyDict_GetItem(OperationType.tp_dict, str_safe_try_complete_or_else);
+
     PyObject *module = PyModule_Create(&core_module);
     if (module == NULL) return NULL;
     PyObject *faults = PyDict_New();
@@ -911,6 +1817,12 @@ PyMODINIT_FUNC PyInit__core(void)
     if (PyModule_AddObject(module, "TimerTask", (PyObject *)&TaskType) < 0) goto error;
     Py_INCREF(&CoreType);
     if (PyModule_AddObject(module, "TimerCore", (PyObject *)&CoreType) < 0) goto error;
+    Py_INCREF(&OpLockType);
+    if (PyModule_AddObject(module, "OpLock", (PyObject *)&OpLockType) < 0) goto error;
+    Py_INCREF(&OperationType);
+    if (PyModule_AddObject(module, "DelayedOperation", (PyObject *)&OperationType) < 0) goto error;
+    Py_INCREF(&PurgatoryType);
+    if (PyModule_AddObject(module, "PurgatoryCore", (PyObject *)&PurgatoryType) < 0) goto error;
     return module;
 error:
     Py_DECREF(module);

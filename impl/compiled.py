@@ -101,11 +101,28 @@ class SystemTimer(TimerBase, _core.TimerCore):
         return self._flush_all()
 
 
-class DelayedOperation(python_purgatory.OperationProtocol, TimerTask):
-    __doc__ = python_purgatory.OperationProtocol.__doc__
-    __slots__ = ("completed", "lock")
+DelayedOperation = _core.DelayedOperation
 
 
-class DelayedOperationPurgatory(python_purgatory.DelayedOperationPurgatory):
-    __doc__ = python_purgatory.DelayedOperationPurgatory.__doc__
+class DelayedOperationPurgatory(_core.PurgatoryCore, python_purgatory.DelayedOperationPurgatory):
+    """The purgatory, on the compiled core: try_complete_else_watch, check_and_complete, cancel_for_key, the counters,
+    the reaper's advance and the purge sweep are C (``PurgatoryCore``); construction, ``advance_to`` and shutdown are
+    the pure-Python class's. Its ops are the compiled `DelayedOperation`s and its timer a compiled `SystemTimer`.
+
+    A subclass may override ``_add_to_timer`` or ``_remove_key_if_empty`` (whose ``shard`` argument is here the
+    shard's dict of watch lists): the core then calls the override where it would run its own code; overrides of
+    an op's ``safe_try_complete``, ``safe_try_complete_or_else`` and ``force_complete`` are honoured the same way."""
+
     timer_class = SystemTimer
+
+    def _build_watchers(self, shards: int) -> None:
+        cls = type(self)
+        self._setup_watchers(shards, cls._add_to_timer is not DelayedOperationPurgatory._add_to_timer,
+                             cls._remove_key_if_empty is not DelayedOperationPurgatory._remove_key_if_empty)
+
+    @staticmethod
+    def _remove_key_if_empty(shard: dict, key, operations: list) -> None:
+        """Under the shard lock: drop the key only if the map still holds this very list and it is empty (what the
+        core does itself unless a subclass overrides this)."""
+        if not operations and shard.get(key) is operations:
+            del shard[key]

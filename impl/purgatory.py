@@ -184,11 +184,14 @@ class DelayedOperationPurgatory:
         elif timer.has_reaper:
             raise ValueError("the timer runs its own reaper; build it with reaper=False, the purgatory reaps it")
         self.timer = timer
+        self._build_watchers(shards)
+        self.estimated_total_operations = 0
+        self._reaper = None if timer.virtual else Reaper(name, self.advance_clock, timer, self.on_error)
+
+    def _build_watchers(self, shards: int) -> None:
         self._shards = [WatcherList() for _ in range(shards)]
         self._shard_mask = shards - 1
         self._estimate_lock = threading.Lock()
-        self.estimated_total_operations = 0
-        self._reaper = None if timer.virtual else Reaper(name, self.advance_clock, timer, self.on_error)
 
     def _watcher_list(self, key: Hashable) -> WatcherList:
         try:

@@ -126,17 +126,21 @@ def adapter_class(mutant: Mutant) -> type[MutantAdapter]:
 
     On the compiled implementation the timer's buckets, wheels, queue and task links are C, which Python subclasses
     cannot reach: a timer mutant there is the same bug seeded in the C core (its ``faults`` bit of the same name),
-    and the purgatory's and the ops' mutants are the same subclasses as on the pure-Python implementation."""
+    a purgatory mutant's class is put in front of the compiled purgatory (its overrides call into the C core through
+    super(), and the core calls its overrides of the hooks), and an op's mutant subclasses the compiled op."""
     slot = next(SLOTS[kind] for kind in SLOTS if issubclass(mutant.component, kind))
     if SELECTED.name == "compiled":
         from kpurgatory.impl.compiled import FAULTS  # every timer mutant has its fault, by the same id
 
         fault = FAULTS.get(mutant.id, 0) if mutant.profile == "timer" else 0
         timer = type("Timer", (SELECTED.SystemTimer,), {"faults": fault})
-        chosen = {} if fault else {slot: mutant.component}
+        purgatory = SELECTED.DelayedOperationPurgatory
+        if slot == "purgatory_class":  # the mutant's methods over the compiled purgatory (super() reaches the C core)
+            purgatory = type(mutant.component.__name__, (mutant.component, purgatory), {})
+        chosen = {} if fault or slot == "purgatory_class" else {slot: mutant.component}
         return type(f"Mutant_{mutant.id}", (MutantAdapter,), {
-            "mutant": mutant, "timer_class": timer,
-            **{name: chosen[name] for name in ("purgatory_class", "operation_class", "task_class") if name in chosen},
+            "mutant": mutant, "timer_class": timer, "purgatory_class": purgatory,
+            **{name: chosen[name] for name in ("operation_class", "task_class") if name in chosen},
         })
     chosen = {slot: mutant.component}
     wheel = type("Wheel", (chosen.get("wheel_class", Wheel),),

@@ -229,7 +229,7 @@ def test_emptied_lists_are_removed() -> None:
         purgatory.try_complete_else_watch(op, ["k"])
         op.ready = True
     purgatory.check_and_complete("k")
-    assert all(not shard.watchers_by_key for shard in purgatory._shards)
+    assert purgatory.watcher_keys() == [] and purgatory.watched() == 0
 
 
 def test_a_walk_does_not_drop_a_list_that_replaced_its_own() -> None:
