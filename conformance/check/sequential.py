@@ -381,26 +381,30 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
     factory = system_factory(impl, adapter, timeout)
     seed = random.randrange(2**32) if seed is None else seed
     started = time.monotonic()
-    try:
-        hello = introduce(factory)
-    except AdapterError as error:
-        plain(f"ERROR hello: system failed: {error}")
-        report_junit(junit, [broken_result(profile or "hello", level, seed, "?", time.monotonic() - started,
-                                           f"hello: system failed: {error}")])
-        sys.exit(3)
-    if profile and profile not in hello.profiles:
-        raise click.UsageError(f"{safe(hello.implementation)} implements {', '.join(hello.profiles)}, not {profile}")
-    profiles = [profile] if profile else [p for p in v.PROFILES if p in hello.profiles]
-    console.print(f"checking {markup(hello.implementation)} ({', '.join(profiles)}; level {level}; "
-                  f"{examples} examples of up to {steps} steps; seed {seed})")
     results: list[CheckResult] = []
+    current, implementation = profile or "hello", "?"
     try:
-        for name in profiles:
-            check_profile(console, factory, name, level, examples, steps, seed, out, results)
+        try:
+            hello = introduce(factory)
+        except AdapterError as error:
+            plain(f"ERROR hello: system failed: {error}")
+            report_junit(junit, [broken_result(current, level, seed, "?", time.monotonic() - started,
+                                               f"hello: system failed: {error}")])
+            sys.exit(3)
+        implementation = hello.implementation
+        if profile and profile not in hello.profiles:
+            raise click.UsageError(f"{safe(implementation)} implements {', '.join(hello.profiles)}, not {profile}")
+        profiles = [profile] if profile else [p for p in v.PROFILES if p in hello.profiles]
+        console.print(f"checking {markup(implementation)} ({', '.join(profiles)}; level {level}; "
+                      f"{examples} examples of up to {steps} steps; seed {seed})")
+        for current in profiles:
+            check_profile(console, factory, current, level, examples, steps, seed, out, results)
+    except click.ClickException:
+        raise
     except (Exception, KeyboardInterrupt, Interrupted) as error:  # the report says so, then exit 3 (cli.main)
         cut = ("interrupted" if isinstance(error, (KeyboardInterrupt, Interrupted)) else
                f"kpurgatory crashed: {type(error).__name__}: {error}")
-        report_junit(junit, results + [broken_result(profiles[len(results)], level, seed, hello.implementation,
+        report_junit(junit, results + [broken_result(current, level, seed, implementation,
                                                      time.monotonic() - started, cut)])
         raise
     console.print(summary_table(results))

@@ -93,3 +93,17 @@ def test_every_commands_help_lists_the_exit_codes(command):
     result = invoke(command, "--help")
     assert result.exit_code == 0
     assert " ".join(EXIT_CODES_HELP.split()) in " ".join(result.output.split())
+
+
+def test_a_crash_of_the_tool_is_exit_3_saying_it_is_a_bug(tmp_path, monkeypatch):
+    from kpurgatory.conformance.traces import replay as replay_module
+
+    def crash(*args, **kwargs):
+        raise TypeError("unsupported operand")
+
+    monkeypatch.setattr(replay_module, "replay", crash)
+    path = tmp_path / "t.jsonl"
+    path.write_text(json.dumps(HEADER) + "\n")
+    result = invoke("replay", str(path))
+    assert result.exit_code == 3
+    assert "TypeError: unsupported operand" in result.stderr and "a bug in kpurgatory" in result.stderr

@@ -132,10 +132,10 @@ def test_a_signal_to_the_harness_kills_a_hung_adapter_and_its_children(signum, t
     adapter = f"{MISBEHAVING} fork-hang 2 {tmp_path}"
     harness = subprocess.Popen(
         [sys.executable, "-c", "from kpurgatory.conformance.cli import main; main()", "check", "--adapter", adapter,
-         "--timeout", "600", "--profile", "timer", "--out", str(tmp_path / "out")],
+         "--timeout", "600", "--profile", "timer", "--out", str(tmp_path / "out"), "--junit", str(tmp_path / "j.xml")],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=tmp_path)
     deadline = time.monotonic() + 60
-    while len(processes_with(str(tmp_path))) < 2:  # the adapter and its forked child, hanging on request 2
+    while len(set(processes_with(str(tmp_path))) - {harness.pid}) < 2:  # the adapter and its child, on request 2
         assert time.monotonic() < deadline and harness.poll() is None, harness.communicate()
         time.sleep(0.1)
     harness.send_signal(signum)
@@ -143,3 +143,4 @@ def test_a_signal_to_the_harness_kills_a_hung_adapter_and_its_children(signum, t
     assert harness.returncode == 3, stderr
     assert b"interrupted" in stderr and b"Traceback" not in stderr
     assert processes_with(str(tmp_path)) == []
+    assert '<error message="interrupted"' in (tmp_path / "j.xml").read_text()  # the report is written on this path too
