@@ -363,11 +363,8 @@ static int hand_off(Core *c, PyObject *batch)
 /* TimerTask                                                                                                      */
 /* ------------------------------------------------------------------------------------------------------------ */
 
-static int task_init(Task *self, PyObject *args, PyObject *kwds)
+static int set_delay(Task *self, PyObject *delay)
 {
-    PyObject *delay;
-    static char *kwlist[] = {"delay_ms", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:TimerTask", kwlist, &delay)) return -1;
     if (!PyLong_Check(delay) || PyBool_Check(delay)) {
         PyErr_Format(PyExc_TypeError, "delay_ms must be an int, got %R", delay);
         return -1;
@@ -384,6 +381,15 @@ static int task_init(Task *self, PyObject *args, PyObject *kwds)
     }
     self->delay_ms = value;
     return 0;
+}
+
+static int task_init(Task *self, PyObject *args, PyObject *kwds)
+{
+    PyObject *delay;
+    static char *kwlist[] = {"delay_ms", NULL};
+    if (kwds == NULL && PyTuple_GET_SIZE(args) == 1) return set_delay(self, PyTuple_GET_ITEM(args, 0));
+    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O:TimerTask", kwlist, &delay)) return -1;
+    return set_delay(self, delay);
 }
 
 /* Take the task out of its timer; the reference the timer held is returned to the caller to drop once the timer is
@@ -545,30 +551,32 @@ static int core_schedule(Core *c, Task *t)
             return -1;
         }
     }
-    PyObject *batch = PyList_New(0); /* allocated before the stretch: it may trigger a collection */
-    if (batch == NULL) return -1;
     /* --- atomic stretch: a task has at most one scheduling; the new one evicts the old (the reference moves) --- */
     if (t->bucket != NULL) bucket_unlink(t); /* linked even if forgotten (cancel_leaves_entry): evicted */
     else Py_INCREF(t);
     t->expiration_ms = expiration;
     int placed = wheel_add(c, t);
     if (placed == 0) t->state = EXPIRED;
-    /* --- end of stretch --- */
+    /* --- end of stretch: an expired task is EXPIRED and in no bucket, so allocating its batch now is safe --- */
     int result = 0;
     if (placed < 0) {
         t->state = IDLE;
         Py_DECREF(t);
         result = -1;
     } else if (placed == 0) {
-        if (PyList_Append(batch, (PyObject *)t) < 0) result = -1; /* Kafka: taskExecutor.submit(task) */
-        Py_DECREF(t);
-        if (result == 0) result = hand_off(c, batch);
+        PyObject *batch = PyList_New(1); /* Kafka: taskExecutor.submit(task); the reference moves in */
+        if (batch == NULL) {
+            Py_DECREF(t);
+            return -1;
+        }
+        PyList_SET_ITEM(batch, 0, (PyObject *)t);
+        result = hand_off(c, batch);
+        Py_DECREF(batch);
     } else if (placed == 2 && c->waiters > 0) { /* a new earliest bucket: the reaper's wait is too long now */
         PyObject *woken = PyObject_CallMethodNoArgs((PyObject *)c, str_wake);
         if (woken == NULL) result = -1;
         Py_XDECREF(woken);
     }
-    Py_DECREF(batch);
     return result;
 }
 
@@ -1031,12 +1039,12 @@ static int operation_init(Operation *self, PyObject *args, PyObject *kwds)
 {
     PyObject *delay, *lock = Py_None;
     static char *kwlist[] = {"delay_ms", "lock", NULL};
-    if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:DelayedOperation", kwlist, &delay, &lock)) return -1;
-    PyObject *task_args = PyTuple_Pack(1, delay);
-    if (task_args == NULL) return -1;
-    int status = task_init(&self->task, task_args, NULL);
-    Py_DECREF(task_args);
-    if (status < 0) return -1;
+    if (kwds == NULL && PyTuple_GET_SIZE(args) == 1) {
+        delay = PyTuple_GET_ITEM(args, 0);
+    } else if (!PyArg_ParseTupleAndKeywords(args, kwds, "O|O:DelayedOperation", kwlist, &delay, &lock)) {
+        return -1;
+    }
+    if (set_delay(&self->task, delay) < 0) return -1;
     self->completed = 0;
     PyObject *chosen = lock != Py_None ? Py_NewRef(lock) : PyType_GenericNew(&OpLockType, NULL, NULL);
     if (chosen == NULL) return -1;
@@ -1471,36 +1479,30 @@ static PyObject *purgatory_try_complete_else_watch(Purgatory *self, PyObject *co
 /* ``operations`` less the entries at the removed positions of the walked ``snapshot`` (as Kafka's iterator removes
  * the entry it visits); entries appended during the walk follow the snapshot and are kept. If another thread
  * reshaped the walked prefix meanwhile, positions mean nothing any more: one occurrence per removed entry goes, by
- * identity. Runs under the shard lock and calls no Python code. */
-static int without_visited(PyObject *operations, PyObject *snapshot, const char *removed)
+ * identity. Runs under the shard lock and calls no Python code: the list is compacted in place. */
+static int without_visited(PyObject *operations, PyObject **snapshot, Py_ssize_t prefix, char *removed)
 {
-    Py_ssize_t prefix = PyList_GET_SIZE(snapshot), size = PyList_GET_SIZE(operations);
+    Py_ssize_t size = PyList_GET_SIZE(operations), kept = 0;
     int same = size >= prefix;
-    for (Py_ssize_t i = 0; same && i < prefix; i++)
-        same = PyList_GET_ITEM(operations, i) == PyList_GET_ITEM(snapshot, i);
-    PyObject *kept = PyList_New(0);
-    if (kept == NULL) return -1;
-    if (same) {
-        for (Py_ssize_t i = 0; i < size; i++)
-            if ((i >= prefix || !removed[i]) && PyList_Append(kept, PyList_GET_ITEM(operations, i)) < 0) goto error;
-    } else {
-        char *used = PyMem_Calloc(prefix ? prefix : 1, 1);
-        if (used == NULL) { PyErr_NoMemory(); goto error; }
-        for (Py_ssize_t i = 0; i < size; i++) {
-            PyObject *op = PyList_GET_ITEM(operations, i);
-            int drop = 0;
+    for (Py_ssize_t i = 0; same && i < prefix; i++) same = PyList_GET_ITEM(operations, i) == snapshot[i];
+    for (Py_ssize_t i = 0; i < size; i++) {
+        PyObject *op = PyList_GET_ITEM(operations, i);
+        int drop = 0;
+        if (same) {
+            drop = i < prefix && removed[i];
+        } else {
             for (Py_ssize_t j = 0; j < prefix && !drop; j++)
-                if (removed[j] && !used[j] && PyList_GET_ITEM(snapshot, j) == op) used[j] = drop = 1;
-            if (!drop && PyList_Append(kept, op) < 0) { PyMem_Free(used); goto error; }
+                if (removed[j] == 1 && snapshot[j] == op) removed[j] = drop = 2; /* 2: this occurrence is used */
         }
-        PyMem_Free(used);
+        if (!drop) { /* the list owns one reference per slot either way */
+            PyObject *previous = PyList_GET_ITEM(operations, kept);
+            Py_INCREF(op);
+            PyList_SET_ITEM(operations, kept, op);
+            Py_DECREF(previous); /* never the last reference: the snapshot holds every walked op */
+            kept++;
+        }
     }
-    int status = PyList_SetSlice(operations, 0, size, kept);
-    Py_DECREF(kept);
-    return status;
-error:
-    Py_DECREF(kept);
-    return -1;
+    return kept == size ? 0 : PyList_SetSlice(operations, kept, size, NULL);
 }
 
 static PyObject *purgatory_check_and_complete(Purgatory *self, PyObject *key)
@@ -1509,19 +1511,27 @@ static PyObject *purgatory_check_and_complete(Purgatory *self, PyObject *key)
     Shard *shard = shard_of(self, key);
     if (shard == NULL || shard_acquire(shard) < 0) return NULL;
     PyObject *operations = PyDict_GetItemWithError(shard->map, key);
-    PyObject *snapshot = operations != NULL ? PyList_GetSlice(operations, 0, PyList_GET_SIZE(operations)) : NULL;
-    Py_XINCREF(operations);
-    shard_release(shard);
-    if (operations == NULL || snapshot == NULL) {
-        Py_XDECREF(operations);
+    if (operations == NULL) {
+        shard_release(shard);
         return PyErr_Occurred() ? NULL : PyLong_FromLong(0);
     }
-    Py_ssize_t n = PyList_GET_SIZE(snapshot), completed = 0;
-    char *removed = PyMem_Calloc(n ? n : 1, 1);
-    int any_removed = 0, failed = removed == NULL;
-    if (removed == NULL) PyErr_NoMemory();
-    for (Py_ssize_t i = 0; i < n && !failed; i++) {
-        PyObject *op = PyList_GET_ITEM(snapshot, i);
+    /* the snapshot: the walked ops, each held, and one removed flag per position; plain memory, no collection */
+    Py_ssize_t n = PyList_GET_SIZE(operations), completed = 0;
+    PyObject **snapshot = PyMem_Malloc((n ? n : 1) * (sizeof(PyObject *) + 1));
+    if (snapshot == NULL) {
+        shard_release(shard);
+        return PyErr_NoMemory();
+    }
+    char *removed = (char *)(snapshot + (n ? n : 1));
+    for (Py_ssize_t i = 0; i < n; i++) {
+        snapshot[i] = Py_NewRef(PyList_GET_ITEM(operations, i));
+        removed[i] = 0;
+    }
+    Py_INCREF(operations);
+    shard_release(shard);
+    int any_removed = 0, failed = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *op = snapshot[i];
         int done = op_completed(op);
         if (done < 0) { failed = 1; break; }
         if (!done) {
@@ -1549,13 +1559,13 @@ static PyObject *purgatory_check_and_complete(Purgatory *self, PyObject *key)
         if (shard_acquire(shard) < 0) {
             failed = 1;
         } else {
-            if (any_removed && without_visited(operations, snapshot, removed) < 0) failed = 1;
+            if (any_removed && without_visited(operations, snapshot, n, removed) < 0) failed = 1;
             if (!failed && remove_key_if_empty(self, shard, key, operations) < 0) failed = 1;
             shard_release(shard);
         }
     }
-    PyMem_Free(removed);
-    Py_DECREF(snapshot);
+    for (Py_ssize_t i = 0; i < n; i++) Py_DECREF(snapshot[i]);
+    PyMem_Free(snapshot);
     Py_DECREF(operations);
     return failed ? NULL : PyLong_FromSsize_t(completed);
 }
@@ -1693,6 +1703,20 @@ static PyObject *purgatory_advance_clock(Purgatory *self, PyObject *const *args,
     return purged < 0 ? NULL : PyLong_FromSsize_t(purged);
 }
 
+static PyObject *purgatory_advance_to(Purgatory *self, PyObject *to_ms)
+{
+    if (!purgatory_ready(self)) return NULL;
+    Core *timer = (Core *)self->timer;
+    if (!is_virtual(timer)) {
+        PyErr_SetString(PyExc_RuntimeError, "advance_to needs a virtual timer; the real clock moves by itself");
+        return NULL;
+    }
+    PyObject *moved = PyObject_CallMethodOneArg(timer->virtual_clock, str_advance_to, to_ms);
+    if (moved == NULL) return NULL;
+    Py_DECREF(moved);
+    return PyObject_CallMethodNoArgs((PyObject *)self, str_advance_clock); /* a subclass may override it */
+}
+
 static int purgatory_traverse(Purgatory *self, visitproc visit, void *arg)
 {
     for (Py_ssize_t i = 0; self->shards != NULL && i < self->shard_count; i++) Py_VISIT(self->shards[i].map);
@@ -1739,6 +1763,8 @@ static PyMethodDef purgatory_methods[] = {
     {"watcher_keys", (PyCFunction)purgatory_watcher_keys, METH_NOARGS, "The keys that have a watch list, sorted."},
     {"purge_completed", (PyCFunction)purgatory_purge_completed, METH_NOARGS,
      "Drop completed ops from every watch list; returns how many entries went."},
+    {"advance_to", (PyCFunction)purgatory_advance_to, METH_O,
+     "Virtual timers only: move the clock to to_ms, then advance_clock."},
     {"advance_clock", (PyCFunction)(void (*)(void))purgatory_advance_clock, METH_FASTCALL,
      "Release the due timer buckets, then purge if more than purge_interval operations are estimated gone."},
     {NULL},
