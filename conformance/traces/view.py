@@ -183,8 +183,8 @@ def sequential_view(trace: Trace, report: ReplayReport | None = None, level: str
     checked = report if report is not None else replay(trace, level=level)
     outcomes = {outcome.seq: outcome for outcome in checked.outcomes}
     roles = ["model"]
-    if report is None or any(outcome.recorded is not None for outcome in checked.outcomes):
-        roles.append(RECORDING)
+    if report is None or any(outcome.recorded not in (None, outcome.model) for outcome in checked.outcomes):
+        roles.append(RECORDING)  # beside a system's answers, only a recording that says something else
     if checked.target == "system":
         roles.append(SYSTEM)
     failing = checked.first_failure

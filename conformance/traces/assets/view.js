@@ -123,10 +123,12 @@ function sequentialVerdict(view) {
   }
   return el("div", {class: "verdict fail", id: "verdict"},
     el("p", {}, el("strong", {}, `First divergence at step ${view.failure.seq}: `), el("span", {class: "mono"}, view.failure.command)),
-    view.failure.failures.map((failure) => el("p", {class: "failure"},
+    view.failure.failures.map((failure, index, all) => el("p", {class: "failure"},
       `${failure.who === "system" ? "The system" : "The trace's recording"} ${failure.property === "exact" ? "differs from the model" : "breaks"} `,
       el("span", {class: "prop"}, failure.property), ": ", el("span", {class: "detail"}, failure.detail),
-      el("br"), el("span", {class: "muted words"}, failure.words))));
+      // each property's words once, under its first failure
+      all.findIndex((other) => other.property === failure.property) === index
+        ? [el("br"), el("span", {class: "muted words"}, failure.words)] : null)));
 }
 
 function showSequential(view, main) {
@@ -144,9 +146,10 @@ function showSequential(view, main) {
   });
   table.append(body);
   const state = el("div", {id: "state"});
-  const timeline = el("div", {class: "canvasbox", id: "timeline", style: "height: 300px"});
+  const timeline = el("div", {class: "canvasbox", id: "timeline",
+                              style: `height: ${Math.max(80, Math.min(320, 36 + 18 * view.timeline.rows.length))}px`});
   put(main,
-    el("p", {class: "muted"}, `${view.profile} profile · ${paramsText(view)} · answers by ${view.implementation} · level ${view.level}`),
+    el("p", {class: "muted"}, `${view.profile} profile · ${paramsText(view)} · recorded answers by ${view.implementation} · level ${view.level}`),
     view.description ? el("p", {class: "clamp", id: "description"}, view.description) : null,
     sequentialVerdict(view),
     el("div", {class: "seq"}, el("div", {}, el("h2", {}, "Steps"), el("div", {class: "scroll"}, table)), state),
@@ -387,8 +390,10 @@ function showConcurrent(view, main) {
     });
     for (const i of marked) {
       const y = TOP + calls.lane[i] * LANE, x0 = axis.x(calls.invoked[i]), x1 = axis.x(calls.returned[i]);
-      if (focused.has(i)) { ctx.fillStyle = "rgba(207, 34, 46, 0.35)"; ctx.fillRect(x0, y + 2, Math.max(3, x1 - x0), LANE - 4); }
-      ctx.strokeStyle = "#cf222e"; ctx.lineWidth = focused.has(i) ? 3 : 2;
+      // the shown violation's calls stand out; the other violating calls stay outlined, fainter
+      if (focused.has(i)) { ctx.fillStyle = "rgba(207, 34, 46, 0.45)"; ctx.fillRect(x0, y + 2, Math.max(3, x1 - x0), LANE - 4); }
+      ctx.strokeStyle = focused.size && !focused.has(i) ? "rgba(207, 34, 46, 0.45)" : "#cf222e";
+      ctx.lineWidth = focused.has(i) ? 3 : focused.size ? 1 : 2;
       ctx.strokeRect(Math.max(LABEL, x0 - 1), y + 2, Math.max(3, x1 - x0 + 2), LANE - 4);
       ctx.lineWidth = 1;
     }
