@@ -16,7 +16,7 @@ here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 sources=("$here"/src/kpurgatory/kafka/*.java "$here"/src/org/apache/kafka/server/util/timer/*.java)
 set -f  # classpath entries such as lib/* are for java, not for the shell
 key=$({ cat "${sources[@]}"; echo "$classpath"; IFS=:; for entry in $classpath; do stat -c '%n %Y %s' "$entry" 2>/dev/null || true; done
-        javac -version 2>&1; } | sha256sum | cut -c1-16)
+        readlink -f "$(command -v javac)"; } | sha256sum | cut -c1-16)
 set +f
 cache=${KPURGATORY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kpurgatory}/kafka-adapter/$key
 if [ ! -e "$cache/.compiled" ]; then
