@@ -39,11 +39,16 @@ def load_factory(spec: str):
     return factory
 
 
+def one_target(impl: str | None, adapter: str | None) -> None:
+    """``--impl`` and ``--adapter`` name the system under test two ways: give one (a usage error, exit 2)."""
+    if impl and adapter:
+        raise click.UsageError("give --impl or --adapter, not both")
+
+
 def system_factory(impl: str | None = None, adapter: str | None = None,
                    timeout: float = 10.0) -> Callable[[], SystemUnderTest] | None:
     """What makes a fresh system named by ``--impl`` or ``--adapter`` (at most one); None for neither."""
-    if impl and adapter:
-        raise click.UsageError("give --impl or --adapter, not both")
+    one_target(impl, adapter)
     if adapter:
         from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 

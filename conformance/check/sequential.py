@@ -35,7 +35,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kpurgatory.conformance.adapters import BUILTIN, system_factory
+from kpurgatory.conformance.adapters import BUILTIN, one_target, system_factory
 from kpurgatory.conformance.adapters.subprocess import AdapterError
 from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.cli import Interrupted
@@ -375,6 +375,7 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
         """Paths and commands: never wrapped or styled, so they can be copied."""
         console.print(safe(text), markup=False, highlight=False, soft_wrap=True)
 
+    one_target(impl, adapter)  # before the default --impl applies
     impl = None if adapter else impl or BUILTIN
     if threads > 1:
         concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads)

@@ -85,6 +85,8 @@ def test_usage_errors_are_exit_2(tmp_path):
     path.write_text(json.dumps(HEADER) + "\n")
     both = invoke("replay", str(path), "--impl", "a:b", "--adapter", "c")
     assert both.exit_code == 2 and "not both" in both.output
+    both = invoke("check", "--impl", "kpurgatory.conformance.adapters.reference:factory", "--adapter", "c")
+    assert both.exit_code == 2 and "not both" in both.output
     assert invoke("check", "--examples", "0").exit_code == 2
 
 
