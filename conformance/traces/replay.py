@@ -331,7 +331,7 @@ def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
     summary.add_column("scenario", overflow="fold")
     for column in ("steps", "verdict", "first failure"):
         summary.add_column(column)
-    failed = 0
+    failed = code = 0
     try:
         for trace in chosen:
             report = replay(trace, target.system if target else None, level,
@@ -342,9 +342,10 @@ def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
             summary.add_row(markup(trace.trace_id), str(len(trace.steps)),
                             "[green]pass[/]" if report.ok else "[bold red]FAIL[/]", markup(detail))
             failed += not report.ok
+            code = max(code, report.exit_code)
     finally:
         if target is not None:
             target.system.close()
     console.print(summary)
     console.print(f"{len(chosen) - failed} passed, {failed} failed")
-    sys.exit(1 if failed else 0)
+    sys.exit(code)

@@ -80,6 +80,11 @@ def test_replay_against_an_adapter_that_crashes_is_exit_3(tmp_path):
     assert "system failed: adapter crashed" in result.output
 
 
+def test_scenarios_against_an_adapter_that_crashes_is_exit_3():
+    result = invoke("scenarios", "--only", "seed.cascade", "--adapter", f"{MISBEHAVING} crash 2")
+    assert result.exit_code == 3, result.output
+
+
 def test_usage_errors_are_exit_2(tmp_path):
     path = tmp_path / "t.jsonl"
     path.write_text(json.dumps(HEADER) + "\n")
