@@ -102,7 +102,7 @@ class Scheduling:
     deadline: int
     step: int
     marks: list[dict] = attrs.field(factory=list)
-    ended: int | None = None  # the time it was replaced (re-added) or cancelled
+    ended: int | None = None  # the time it left the model's timer: fired, completed, cancelled or replaced
 
 
 class Timeline:
@@ -136,6 +136,8 @@ class Timeline:
             scheduling = self.live[name]
             early = fired and now < scheduling.deadline - scheduling.deadline % self.tick_ms
             scheduling.marks.append({"column": column, "time": now, "seq": seq, "kind": kind, "early": early})
+            if column == 0:  # the model's answers say when the entry left the timer
+                self.end(name, now)
 
     def to_json(self, columns: int) -> dict:
         times = sorted({self.start_ms, *self.clock, *(t for row in self.rows for t in (row.added, row.deadline, self.tick_start(row),
@@ -183,9 +185,10 @@ def sequential_view(trace: Trace, report: ReplayReport | None = None, level: str
     checked = report if report is not None else replay(trace, level=level)
     outcomes = {outcome.seq: outcome for outcome in checked.outcomes}
     roles = ["model"]
-    if report is None or any(outcome.recorded not in (None, outcome.model) for outcome in checked.outcomes):
+    answered = checked.target == "system"  # a live system's answers, or those a counterexample carries
+    if not answered or any(outcome.recorded not in (None, outcome.model) for outcome in checked.outcomes):
         roles.append(RECORDING)  # beside a system's answers, only a recording that says something else
-    if checked.target == "system":
+    if answered:
         roles.append(SYSTEM)
     failing = checked.first_failure
     first = max(1, (failing.seq if failing is not None else 1) - SNAPSHOT_WINDOW + 1)
@@ -221,14 +224,15 @@ def sequential_view(trace: Trace, report: ReplayReport | None = None, level: str
             state = len(states) - 1
         bad = {failure.who for failure in (outcome.failures if outcome is not None else ())}
         steps.append({"seq": step.seq, "command": format_command(command), "now": str(model.now_ms), "state": state,
-                      "answers": [format_observation(answers[role]) for role in roles],
+                      "answers": [f"failed: {step.system}" if role == SYSTEM and isinstance(step.system, str)
+                                  and outcome is None else format_observation(answers[role]) for role in roles],
                       "bad": [column for column, role in enumerate(roles) if role in bad]})
     return {
         "kind": "sequential", "id": trace.trace_id, "profile": header.profile,
         "params": {name: str(value) for name, value in attrs.asdict(header.params).items()},
         "implementation": header.implementation, "description": header.description or "", "level": checked.level,
         "roles": roles, "columns": [COLUMN_TITLES[role].format(implementation=header.implementation) for role in roles],
-        "steps": steps, "states": states, "error": error,
+        "steps": steps, "states": states, "error": error, "window": [first, first + SNAPSHOT_WINDOW - 1],
         "failure": None if failing is None else {"seq": failing.seq, "command": format_command(failing.command),
                                                  "failures": outcome_failures(failing)},
         "timeline": timeline.to_json(len(roles)),
@@ -263,7 +267,7 @@ def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | N
     kinds = list(v.COMMANDS)
     end = max([0, *(t for step in trace.steps for t in (step.timing.invoked, step.timing.returned or 0))]) + 1
     columns: dict[str, list] = {name: [] for name in ("lane", "invoked", "returned", "kind", "flags", "command",
-                                                      "answer")}
+                                                      "answer", "exec_ns")}
     for step in trace.steps:
         timing, events = step.timing, step.observation.events
         flags = ((COMPLETES if any(isinstance(e, v.Complete) for e in events) else 0) |
@@ -275,7 +279,8 @@ def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | N
         for name, value in (("lane", lane_of[timing.thread]), ("invoked", timing.invoked),
                             ("returned", end if timing.returned is None else timing.returned),
                             ("kind", kinds.index(step.command.name)), ("flags", flags),
-                            ("command", format_command(step.command)), ("answer", answer)):
+                            ("command", format_command(step.command)), ("answer", answer),
+                            ("exec_ns", None if timing.exec_ns is None else timing.exec_ns[1] - timing.exec_ns[0])):
             columns[name].append(value)
     words = property_words(concurrent)
     return {"kind": "concurrent", "id": trace.trace_id, "implementation": trace.header.implementation,

@@ -10,8 +10,11 @@ from click.testing import CliRunner
 from kpurgatory.conformance.check import concurrent
 from kpurgatory.conformance.check.concurrent import CLOCK, Violation
 from kpurgatory.conformance.cli import main
-from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, dumps, model_trace, write_traces
-from kpurgatory.conformance.traces.replay import replay, scenarios
+from kpurgatory.conformance.traces.codec import (Header, Step, Timing, Trace, dumps, model_trace, read_traces,
+                                                 write_traces)
+from kpurgatory.conformance.check.sequential import run_check
+from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
+from kpurgatory.conformance.traces.replay import format_observation, replay, scenarios
 from kpurgatory.conformance.traces.view import (concurrent_view, page, property_words, sequential_view,
                                                 views_in, write_view)
 from kpurgatory.model import contract
@@ -83,6 +86,7 @@ def test_the_time_axis_shows_deadlines_tick_starts_and_early_firings():
     assert (times[model_fire["time"]], model_fire["early"]) == ("20", False)
     assert (times[recorded_fire["time"]], recorded_fire["early"]) == ("15", True)
     assert [times[t] for t in timeline["clock"]] == ["0", "15", "20", "30"]
+    assert times[row["ended"]] == "20"  # out of the model's timer when the model fired it
 
 
 def test_a_firing_missing_past_the_deadline_is_late():
@@ -101,6 +105,19 @@ def test_a_systems_answers_get_their_own_column():
     view = sequential_view(cascade, attrs.evolve(report, target="system", outcomes=tuple(
         attrs.evolve(outcome, observed=outcome.model, recorded=None) for outcome in report.outcomes)))
     assert view["roles"] == ["model", "system"] and view["columns"] == ["model", "system"]
+
+
+def test_a_counterexample_file_alone_shows_the_systems_answers(tmp_path):
+    result = run_check(adapter_class(BY_ID["cancel_leaves_entry"]), profile="timer", examples=200, seed=3,
+                       out_dir=tmp_path)
+    [from_file] = read_traces(result.trace_path)
+    view = sequential_view(from_file)
+    failing = result.report.first_failure
+    assert view["roles"] == ["model", "system"] and view["failure"]["seq"] == failing.seq
+    assert view["steps"][failing.seq - 1]["bad"] == [1]
+    assert view["steps"][failing.seq - 1]["answers"] == [format_observation(failing.model),
+                                                          format_observation(failing.observed)]
+    assert views_in(result.trace_path.with_suffix(".html").read_text()) == [view]  # what check wrote
 
 
 def test_huge_times_travel_as_text():

@@ -139,8 +139,8 @@ function showSequential(view, main) {
   view.steps.forEach((step, index) => {
     const row = el("tr", {class: "step" + (step.bad.length ? " failing" : "") + (failing && step.seq > failing ? " after" : ""),
                           onclick: () => select(index)},
-      el("td", {}, String(step.seq)), el("td", {}, el("div", {class: "clamp"}, step.command)),
-      step.answers.map((answer, column) => el("td", {class: step.bad.includes(column) ? "bad" : ""}, el("div", {class: "clamp"}, answer))));
+      el("td", {}, String(step.seq)), el("td", {}, clamped(step.command)),
+      step.answers.map((answer, column) => el("td", {class: step.bad.includes(column) ? "bad" : ""}, clamped(answer))));
     row.dataset.seq = step.seq;
     rows.push(row); body.append(row);
   });
@@ -155,7 +155,7 @@ function showSequential(view, main) {
     el("div", {class: "seq"}, el("div", {}, el("h2", {}, "Steps"), el("div", {class: "scroll"}, table)), state),
     el("h2", {}, "Time axis"),
     el("div", {class: "legend muted"},
-      el("span", {}, "one row per timer entry: added ── tick start ┃ deadline ◆; fired or completed by "),
+      el("span", {}, "one row per timer entry: added ── (until it leaves the model's timer) tick start ┃ deadline ◆; fired or completed by "),
       view.columns.map((column, index) => el("span", {}, el("span", {class: "swatch", style: `background:${ROLE_COLORS[view.roles[index]]}`}), column)),
       el("span", {}, el("span", {class: "swatch", style: "background:#cf222e"}), "early or late"),
       el("span", {}, "times in order, not to scale; wheel zooms, drag pans")),
@@ -180,10 +180,15 @@ function showSequential(view, main) {
   select(failing ? failing - 1 : 0);
 }
 
+// long text scrolls inside its own box (only long text: thousands of scroll boxes would slow the layout down)
+function clamped(text) {
+  return text.length > 200 ? el("div", {class: "clamp"}, text) : text;
+}
+
 function renderState(view, step, box) {
   box.replaceChildren(el("h2", {id: "state-title"}, `After step ${step.seq}: clock at ${step.now}`));
   if (step.state === null) {
-    box.append(el("p", {class: "muted"}, "The model's state is kept for the steps around the first failure only."));
+    box.append(el("p", {class: "muted"}, `The page keeps the model's state for steps ${view.window[0]} to ${view.window[1]} only (${view.failure ? "up to the first divergence" : "the first ones"}).`));
     return;
   }
   const state = view.states[step.state];
@@ -248,7 +253,7 @@ function timelineCanvas(view, box) {
     const clockAt = data.clock[selected] ?? data.start;
     // every clock value the trace reached, and the selected step's clock
     ctx.strokeStyle = "#eaeef2";
-    for (const t of new Set(data.clock)) { ctx.beginPath(); ctx.moveTo(axis.x(t), TOP); ctx.lineTo(axis.x(t), height); ctx.stroke(); }
+    if (axis.x(1) - axis.x(0) > 4) for (const t of new Set(data.clock)) { ctx.beginPath(); ctx.moveTo(axis.x(t), TOP); ctx.lineTo(axis.x(t), height); ctx.stroke(); }
     let lastLabel = -Infinity;
     ctx.fillStyle = "#656d76";
     for (let t = Math.max(0, Math.ceil(axis.lo)); t <= Math.min(data.times.length - 1, axis.hi); t++) {
@@ -296,7 +301,7 @@ function timelineCanvas(view, box) {
     if (!row || event.offsetY < TOP) { hideTooltip(); return; }
     const time = (index) => data.times[index];
     const lines = [`${row.label}, scheduled in step ${row.step} at ${time(row.added)}`,
-                   `tick start ${time(row.tick)}, deadline ${time(row.deadline)}` + (row.ended !== null ? `, replaced or cancelled at ${time(row.ended)}` : ""),
+                   `tick start ${time(row.tick)}, deadline ${time(row.deadline)}` + (row.ended !== null ? `, out of the model's timer at ${time(row.ended)}` : ""),
                    ...row.marks.map((mark) => `${view.columns[mark.column]}: ${mark.kind} in step ${mark.seq} at ${time(mark.time)}${mark.early ? " (EARLY)" : ""}`),
                    ...row.late.map((column) => `${view.columns[column]}: LATE (still pending after an advance past the deadline)`)];
     showTooltip(event, lines.join("\n"));
@@ -423,6 +428,7 @@ function showConcurrent(view, main) {
     const mine = view.violations.filter((violation) => violation.seqs.includes(i + 1));
     showTooltip(event, [`call ${i + 1} on ${view.lanes[l]}, logical time ${calls.invoked[i]} → ${calls.flags[i] & FAILED && calls.answer[i] === "never returned" ? "…" : calls.returned[i]}`,
                         calls.command[i], "→ " + calls.answer[i],
+                        ...(calls.exec_ns[i] === null ? [] : [`executed in ${(calls.exec_ns[i] / 1000).toFixed(1)} µs`]),
                         ...mine.map((violation) => `VIOLATES ${violation.property}: ${violation.message}`)].join("\n"));
   });
   canvas.addEventListener("mouseleave", hideTooltip);
