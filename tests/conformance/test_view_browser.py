@@ -69,16 +69,16 @@ def test_a_seeded_counterexample_shows_its_divergence_and_steps_with_the_keyboar
             assert failure.what.prop in verdict and words[failure.what.prop] in verdict
         else:
             assert "differs from the model exact" in verdict
-    assert page.inner_text("#steps tr.selected td") == str(failing.seq)
-    assert page.inner_text("#steps tr.failing td") == str(failing.seq)
+    assert page.inner_text("#steps .step.selected .seq") == str(failing.seq)
+    assert page.inner_text("#steps .step.failing .seq") == str(failing.seq)
     assert page.inner_text("#state-title").startswith(f"After step {failing.seq}:")
     page.screenshot(path=str(artifacts() / "sequential.png"), full_page=True)
     page.keyboard.press("ArrowLeft")
     assert page.inner_text("#state-title").startswith(f"After step {failing.seq - 1}:")
     page.keyboard.press("Home")
-    assert page.inner_text("#steps tr.selected td") == "1"
+    assert page.inner_text("#steps .step.selected .seq") == "1"
     page.keyboard.press("f")
-    assert page.inner_text("#steps tr.selected td") == str(failing.seq)
+    assert page.inner_text("#steps .step.selected .seq") == str(failing.seq)
 
 
 def test_the_wheel_of_each_step_is_shown(page, tmp_path):

@@ -133,18 +133,7 @@ function sequentialVerdict(view) {
 
 function showSequential(view, main) {
   const failing = view.failure ? view.failure.seq : null;
-  const rows = [], table = el("table", {id: "steps"},
-    el("thead", {}, el("tr", {}, el("th", {}, "seq"), el("th", {}, "command"), view.columns.map((c) => el("th", {}, c)))));
-  const body = el("tbody");
-  view.steps.forEach((step, index) => {
-    const row = el("tr", {class: "step" + (step.bad.length ? " failing" : "") + (failing && step.seq > failing ? " after" : ""),
-                          onclick: () => select(index)},
-      el("td", {}, String(step.seq)), el("td", {}, clamped(step.command)),
-      step.answers.map((answer, column) => el("td", {class: step.bad.includes(column) ? "bad" : ""}, clamped(answer))));
-    row.dataset.seq = step.seq;
-    rows.push(row); body.append(row);
-  });
-  table.append(body);
+  const list = stepList(view, (index) => select(index));
   const state = el("div", {id: "state"});
   const timeline = el("div", {class: "canvasbox", id: "timeline",
                               style: `height: ${Math.max(80, Math.min(320, 36 + 18 * view.timeline.rows.length))}px`});
@@ -152,7 +141,7 @@ function showSequential(view, main) {
     el("p", {class: "muted"}, `${view.profile} profile · ${paramsText(view)} · recorded answers by ${view.implementation} · level ${view.level}`),
     view.description ? el("p", {class: "clamp", id: "description"}, view.description) : null,
     sequentialVerdict(view),
-    el("div", {class: "seq"}, el("div", {}, el("h2", {}, "Steps"), el("div", {class: "scroll"}, table)), state),
+    el("div", {class: "seq"}, el("div", {}, el("h2", {}, "Steps"), list.box), state),
     el("h2", {}, "Time axis"),
     el("div", {class: "legend muted"},
       el("span", {}, "one row per timer entry: added ── (until it leaves the model's timer) tick start ┃ deadline ◆; fired or completed by "),
@@ -167,8 +156,7 @@ function showSequential(view, main) {
   function select(index) {
     if (!view.steps.length) return;
     selected = Math.max(0, Math.min(view.steps.length - 1, index));
-    rows.forEach((row, i) => row.classList.toggle("selected", i === selected));
-    rows[selected].scrollIntoView({block: "nearest"});
+    list.show(selected);
     renderState(view, view.steps[selected], state);
     drawTimeline(selected);
   }
@@ -180,13 +168,48 @@ function showSequential(view, main) {
   select(failing ? failing - 1 : 0);
 }
 
-// long text scrolls inside its own box (only long text: thousands of scroll boxes would slow the layout down)
+// The steps, one line each; only the rows in sight exist, so a trace of 100k steps scrolls like one of ten.
+function stepList(view, onSelect) {
+  const ROW = 22, failing = view.failure ? view.failure.seq : null;
+  const columns = `4.5em minmax(0, 2fr) repeat(${view.columns.length}, minmax(0, 1.5fr))`;
+  const rows = el("div", {class: "rows"});
+  const spacer = el("div", {class: "spacer", style: `height: ${view.steps.length * ROW}px`}, rows);
+  const box = el("div", {class: "scroll", id: "steps", style: `height: ${(view.steps.length + 1) * ROW + 2}px`},
+    el("div", {class: "steprow head", style: `grid-template-columns: ${columns}`},
+      el("span", {}, "seq"), el("span", {}, "command"), view.columns.map((column) => el("span", {}, column))),
+    spacer);
+  let selected = 0;
+  function render() {
+    const first = Math.max(0, Math.floor(box.scrollTop / ROW) - 10);
+    const last = Math.min(view.steps.length, first + Math.ceil((box.clientHeight || 600) / ROW) + 20);
+    rows.style.top = first * ROW + "px";
+    rows.replaceChildren(...view.steps.slice(first, last).map((step, k) => el("div", {
+        class: "steprow step" + (step.bad.length ? " failing" : "") + (failing && step.seq > failing ? " after" : "") +
+               (first + k === selected ? " selected" : ""),
+        style: `grid-template-columns: ${columns}`, onclick: () => onSelect(first + k)},
+      el("span", {class: "seq"}, String(step.seq)), el("span", {title: step.command}, step.command),
+      step.answers.map((answer, column) => el("span", {class: step.bad.includes(column) ? "bad" : "", title: answer}, answer)))));
+  }
+  box.addEventListener("scroll", render);
+  return {box, show(index) {
+    selected = index;
+    const top = index * ROW, head = ROW;  // keep the row in sight below the sticky header
+    if (top < box.scrollTop) box.scrollTop = top;
+    else if (top + ROW > box.scrollTop + box.clientHeight - head) box.scrollTop = top + ROW - box.clientHeight + head;
+    render();
+  }};
+}
+
+// long text scrolls inside its own box
 function clamped(text) {
   return text.length > 200 ? el("div", {class: "clamp"}, text) : text;
 }
 
 function renderState(view, step, box) {
-  box.replaceChildren(el("h2", {id: "state-title"}, `After step ${step.seq}: clock at ${step.now}`));
+  box.replaceChildren(el("h2", {id: "state-title"}, `After step ${step.seq}: clock at ${step.now}`),
+    el("div", {id: "answers"}, el("div", {class: "mono"}, clamped(step.command)),
+      step.answers.map((answer, column) => el("div", {class: step.bad.includes(column) ? "bad" : ""},
+        el("span", {class: "muted"}, view.columns[column] + ": "), el("span", {class: "mono"}, clamped(answer))))));
   if (step.state === null) {
     box.append(el("p", {class: "muted"}, `The page keeps the model's state for steps ${view.window[0]} to ${view.window[1]} only (${view.failure ? "up to the first divergence" : "the first ones"}).`));
     return;
