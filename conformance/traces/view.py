@@ -257,10 +257,13 @@ def scheduled(model: Model, command: v.TimerAdd | v.Watch, observation: v.Observ
 COMPLETES, EXPIRES, VIOLATES, FAILED = 1, 2, 4, 8
 
 
-def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | None = None) -> dict:
-    """The page's data for a concurrent history, column by column (one entry per call, in seq order)."""
+def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | None = None,
+                    check: bool = True) -> dict:
+    """The page's data for a concurrent history, column by column (one entry per call, in seq order), with its
+    ``violations``: given, found by checking it, or none when told not to ``check`` (the page says so)."""
+    checked = violations is not None or check
     if violations is None:
-        violations = concurrent.check_history(trace)
+        violations = concurrent.check_history(trace) if check else ()
     named = {seq for violation in violations for seq in violation.seqs}
     lanes = list(dict.fromkeys(step.timing.thread for step in trace.steps))
     lane_of = {thread: index for index, thread in enumerate(lanes)}
@@ -286,7 +289,7 @@ def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | N
     return {"kind": "concurrent", "id": trace.trace_id, "implementation": trace.header.implementation,
             "description": trace.header.description or "", "threads": trace.header.threads,
             "params": {name: str(value) for name, value in attrs.asdict(trace.header.params).items()},
-            "lanes": lanes, "kinds": kinds, "end": end, "calls": columns,
+            "lanes": lanes, "kinds": kinds, "end": end, "calls": columns, "checked": checked,
             "violations": [{"property": violation.property, "words": words.get(violation.property, ""),
                             "message": violation.message, "seqs": list(violation.seqs)} for violation in violations]}
 
@@ -301,12 +304,13 @@ def asset(name: str) -> str:
 
 
 def page(traces: Iterable[Trace], reports: Iterable[ReplayReport] = (),
-         violations: dict[str, Sequence[concurrent.Violation]] | None = None, level: str = "exact") -> str:
+         violations: dict[str, Sequence[concurrent.Violation]] | None = None, level: str = "exact",
+         check: bool = True) -> str:
     """The HTML page for ``traces``. ``reports`` (runs of these very Trace objects) carry a system's answers to
     sequential traces, the others are checked at ``level``; ``violations`` (by trace id) spare checking a concurrent
-    history again."""
+    history again, and without ``check`` the others are drawn unchecked."""
     run_of = {id(report.trace): report for report in reports}
-    views = [concurrent_view(trace, (violations or {}).get(trace.trace_id)) if trace.header.threads is not None
+    views = [concurrent_view(trace, (violations or {}).get(trace.trace_id), check) if trace.header.threads is not None
              else sequential_view(trace, run_of.get(id(trace)), level) for trace in traces]
     data = base64.b64encode(gzip.compress(json.dumps(views, separators=(",", ":")).encode(), 6)).decode("ascii")
     parts = {"style": asset("view.css"), "script": asset("view.js"), "data": data}
@@ -322,11 +326,12 @@ def views_in(html: str) -> list[dict]:
 
 
 def write_view(path: str | Path, traces: Trace | Iterable[Trace], reports: Iterable[ReplayReport] = (),
-               violations: dict[str, Sequence[concurrent.Violation]] | None = None, level: str = "exact") -> Path:
+               violations: dict[str, Sequence[concurrent.Violation]] | None = None, level: str = "exact",
+               check: bool = True) -> Path:
     """Write the page for ``traces`` (see `page`) to ``path`` and return it."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(page([traces] if isinstance(traces, Trace) else traces, reports, violations, level))
+    path.write_text(page([traces] if isinstance(traces, Trace) else traces, reports, violations, level, check))
     return path
 
 
@@ -356,7 +361,9 @@ def view_failures(files: dict[Path, list[Trace]], reports: Iterable[ReplayReport
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The HTML file to write [default: the first TRACE with the suffix .html].")
-def view_command(traces, output):
+@click.option("--unchecked", is_flag=True, help="Draw concurrent histories without checking their properties "
+                                                "(checking one of 100k calls takes long; check-history checks it).")
+def view_command(traces, output, unchecked):
     """Write one self-contained HTML page showing TRACES: counterexamples, scenarios, recorded traces, concurrent
     histories, z3 refutations. Open it in any browser; it needs no network.
 
@@ -366,4 +373,4 @@ def view_command(traces, output):
     except TraceFormatError as error:
         click.echo(f"Error: {safe(error)}", err=True)
         sys.exit(2)
-    click.echo(f"view: {safe(write_view(output or page_path(traces[0]), loaded))}")
+    click.echo(f"view: {safe(write_view(output or page_path(traces[0]), loaded, check=not unchecked))}")

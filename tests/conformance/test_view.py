@@ -201,6 +201,18 @@ def test_replay_and_check_history_write_the_page_of_a_failing_file(tmp_path):
                               views_in((tmp_path / "history.html").read_text())[0]["violations"]}
 
 
+def test_a_history_can_be_drawn_unchecked(tmp_path):
+    steps = [Step(1, v.Watch("a", ("k",), 5, 1), v.Observation(True, (v.Complete("a", "try"),)), Timing("w0", 0, 3)),
+             Step(2, v.Force("a"), v.Observation(True, (v.Complete("a", "force"),)), Timing("w1", 1, 4))]
+    path = write_traces(tmp_path / "h.jsonl", Trace(Header("h", "purgatory", v.Params(), "test", threads=2), steps))
+    assert CliRunner().invoke(main, ["view", str(path), "--unchecked"]).exit_code == 0
+    [view] = views_in(path.with_suffix(".html").read_text())
+    assert (view["checked"], view["violations"]) == (False, [])
+    assert CliRunner().invoke(main, ["view", str(path)]).exit_code == 0
+    [view] = views_in(path.with_suffix(".html").read_text())
+    assert view["checked"] and view["violations"]
+
+
 def test_given_violations_are_not_computed_again():
     steps = [Step(1, v.Watched(), v.Observation(0), Timing("w0", 0, 1))]
     trace = Trace(Header("h", "purgatory", v.Params(), "test", threads=1), steps)

@@ -355,12 +355,13 @@ function showConcurrent(view, main) {
   put(main,
     el("p", {class: "muted"}, `concurrent history · ${n.toLocaleString()} calls on ${view.threads} threads · ${paramsText(view)} · by ${view.implementation}`),
     view.description ? el("p", {class: "clamp", id: "description"}, view.description) : null,
-    el("div", {class: "verdict" + (view.violations.length ? " fail" : ""), id: "verdict"},
+    el("div", {class: "verdict" + (view.violations.length ? " fail" : view.checked ? "" : " unchecked"), id: "verdict"},
       view.violations.length
         ? [el("p", {}, el("strong", {}, `${view.violations.length} violation${view.violations.length > 1 ? "s" : ""} of ${properties.size} propert${properties.size > 1 ? "ies" : "y"}`), " — click one to show its calls"),
            [...properties].map((property) => el("p", {}, el("span", {class: "prop"}, property), ": ",
              el("span", {class: "muted"}, view.violations.find((v) => v.property === property).words)))]
-        : el("p", {}, "Every property holds on this history.")),
+        : el("p", {}, view.checked ? "Every property holds on this history."
+                                   : "Drawn unchecked (kpurgatory view --unchecked); kpurgatory check-history checks it.")),
     view.violations.length ? list : null,
     el("div", {class: "toolbar"},
       el("button", {onclick: () => { axis.zoom((axis.left + axis.right) / 2, 0.5); draw(); }}, "+"),
