@@ -30,4 +30,5 @@ if [ ! -e "$cache/.compiled" ]; then
     touch "$building/.compiled"
     mv -T "$building" "$cache" 2>/dev/null || rm -rf "$building"  # a concurrent first run got there first
 fi
-exec java -XX:+UseSerialGC -cp "$cache:$classpath" kpurgatory.kafka.KafkaAdapter
+# A hot JIT throws its preallocated exceptions without message or stack: keep Kafka's exceptions telling.
+exec java -XX:+UseSerialGC -XX:-OmitStackTraceInFastThrow -cp "$cache:$classpath" kpurgatory.kafka.KafkaAdapter
