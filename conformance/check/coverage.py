@@ -21,6 +21,11 @@ TIMER_ITEMS = (
     "entry at level 2", "entry at level 3", "entry at level 4+", "cascade", "cascade from level 3+",
     "fired from an overflow level", "fired on add", "fired early (tick > 1)", "added to a lagging wheel",
     "re-added while pending", "cancelled while pending", "delay_out_of_range", "shutdown with pending entries",
+    # where timers' arithmetic breaks (strategies: origins, boundaries, the edge of time)
+    "clock past 2^32 ticks", "clock within a level-2 interval of Long.MAX_VALUE", "unaligned deadline (tick > 1)",
+    "deadline at a level boundary ±1", "deadline across a 2^32-tick boundary", "advance to a level boundary ±1",
+    "advance across a 2^32-tick boundary", "entry at a level whose interval passes Long.MAX_VALUE",
+    "deadline exactly Long.MAX_VALUE", "deadline just beyond Long.MAX_VALUE",
 )
 PURGATORY_ITEMS = TIMER_ITEMS + (
     "completed via try", "completed via check", "completed via expire", "completed via force",
@@ -91,9 +96,9 @@ class Coverage:
         target = getattr(command, "task", getattr(command, "op", None))
         adds = ok and isinstance(command, (v.TimerAdd, v.Watch))
         deadlines = {task: expiration for task, (_, expiration) in before.entries.items()}
+        deadline = asked_deadline(model, command, observation, before)
         if adds:
-            delay = command.delay_ms if isinstance(command, v.TimerAdd) else model.ops[command.op].delay_ms
-            deadlines[target] = before.now_ms + delay
+            deadlines[target] = deadline
             self.hit("re-added while pending", target in before.entries)
             self.hit("added to a lagging wheel", before.wheel_ms + model.params.tick_ms <= before.now_ms)
         fired = [e.task if isinstance(e, v.Run) else e.op for e in observation.events
@@ -103,8 +108,35 @@ class Coverage:
         self.hit("fired from an overflow level", sum(before.entries.get(task, (1,))[0] > 1 for task in fired))
         self.hit("cancelled while pending", isinstance(command, (v.TimerCancel, v.Cancel)) and target in before.entries)
         self.hit("shutdown with pending entries", isinstance(command, v.Shutdown) and bool(observation.result))
+        self.record_edges(model, command, before, after, deadline)
         if self.profile == "purgatory":
             self.record_purgatory(model, command, observation, before)
+
+    def record_edges(self, model: Model, command: v.Command, before: Before, after: dict[str, tuple[int, int]],
+                     deadline: int | None) -> None:
+        """Where timers' arithmetic breaks: far clocks, boundaries crossed, the edge of time. ``deadline`` is that
+        of a timer_add or watch (accepted or rejected with delay_out_of_range)."""
+        p = model.params
+        tick, interval = p.tick_ms, p.tick_ms * p.wheel_size
+        self.hit("clock past 2^32 ticks", model.now_ms // tick >= 2**32)
+        self.hit("clock within a level-2 interval of Long.MAX_VALUE",
+                 v.LONG_MAX - model.now_ms < interval * p.wheel_size)
+        self.hit("entry at a level whose interval passes Long.MAX_VALUE",
+                 any(tick * p.wheel_size ** level > v.LONG_MAX for level, _ in after.values()))
+        if isinstance(command, v.Advance):
+            self.hit("advance to a level boundary ±1", command.to_ms > before.now_ms and
+                     at_level_boundary(command.to_ms, tick, p.wheel_size))
+            self.hit("advance across a 2^32-tick boundary",
+                     (before.now_ms // tick) >> 32 != (command.to_ms // tick) >> 32)
+        if deadline is None:
+            return
+        self.hit("deadline exactly Long.MAX_VALUE", deadline == v.LONG_MAX)
+        self.hit("deadline just beyond Long.MAX_VALUE", v.LONG_MAX < deadline <= v.LONG_MAX + interval)
+        if deadline <= v.LONG_MAX:
+            self.hit("unaligned deadline (tick > 1)", tick > 1 and deadline % tick != 0)
+            self.hit("deadline at a level boundary ±1", deadline > before.now_ms and
+                     at_level_boundary(deadline, tick, p.wheel_size))
+            self.hit("deadline across a 2^32-tick boundary", (before.now_ms // tick) >> 32 != (deadline // tick) >> 32)
 
     def record_purgatory(self, model: Model, command: v.Command, observation: v.Observation, before: Before) -> None:
         for event in observation.events:
@@ -130,6 +162,23 @@ class Coverage:
             self.hit("purge fired at the boundary", bool(purges) and pressure == 1)
             # with purge_interval 0, holding at the boundary only means nothing has completed
             self.hit("purge held at the boundary", not purges and pressure == 0 and model.params.purge_interval > 0)
+
+
+def asked_deadline(model: Model, command: v.Command, observation: v.Observation, before: Before) -> int | None:
+    """The deadline a timer_add or watch asked for, accepted or rejected with delay_out_of_range."""
+    if not isinstance(command, (v.TimerAdd, v.Watch)) or observation.error not in (None, "delay_out_of_range"):
+        return None
+    return before.now_ms + (command.delay_ms if isinstance(command, v.TimerAdd) else model.ops[command.op].delay_ms)
+
+
+def at_level_boundary(time_ms: int, tick_ms: int, wheel_size: int) -> bool:
+    """``time_ms`` is a multiple of a level's interval (tick * wheel_size^k, k >= 1), or a millisecond either side."""
+    interval = tick_ms * wheel_size
+    while interval <= time_ms + 1:
+        if (time_ms + 1) % interval <= 2:
+            return True
+        interval *= wheel_size
+    return False
 
 
 def state_shape(model: Model) -> tuple:

@@ -9,9 +9,13 @@ counterexample is a test vector in the trace format.
 
 Bundles hold what commands refer to (timer tasks, ops, keys), so Hypothesis can shrink a run by deleting steps
 without leaving dangling ids. Parameters are drawn in an initialize rule; delays and clock gaps are drawn against
-them (`conformance.check.strategies`: small wheels, delays at level boundaries). A few rules look at the model's state to
-reach what uniform draws rarely do: an advance to a pending deadline or a millisecond either side of it (where early
-and late firing show), and ops that are still waiting (made ready and checked, or watched again). Whether a run ends
+them and the clock (`conformance.check.strategies`: small wheels, clock origins over the whole 64-bit range, delays
+at level boundaries, deadlines and advances at power-of-two and interval boundaries and at Long.MAX_VALUE). A few
+rules look at the model's state to reach what uniform draws rarely do: an advance to a pending deadline or a
+millisecond either side of it (where early and late firing show), and ops that are still waiting (made ready and
+checked, or watched again). Runs respect the system's declared delay domain: an input it leaves undefined is never
+sent (a delay is moved to the domain's edge, a re-add that would leave it is skipped), and the clock stays within
+its maximum deadline. Whether a run ends
 with ``shutdown`` is decided up front and done in teardown, since no command may follow it.
 
 `Session` is what outlives one example: the system (initialised afresh per example), the coverage and counts of the
@@ -126,7 +130,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.model = Model(self.profile, params)
         self.checker = StepChecker(SYSTEM, Trace(Header("check", self.profile, params), ()), session.level,
                                    session.hello.declarations)
-        self.delays, self.gaps = strategies.delays(params), strategies.gaps(params)
+        self.declarations = session.hello.declarations
+        #: the clock never passes the latest deadline the system accepts
+        self.clock_limit = self.declarations.max_deadline_ms
+        self.gaps = strategies.gaps(params)
         self.reads = st.sampled_from([command for command in self.READS
                                       if v.supported(command, session.hello.features)])
         self.attempt(lambda: session.system.init(self.profile, params), "init")
@@ -160,6 +167,15 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.session.failed(stop)
         raise stop
 
+    def draw_delay(self, data: st.DataObject) -> int | None:
+        """A delay from now, inside what the system declares it promises anything for (None: nothing is)."""
+        delay = data.draw(strategies.delays(self.params, self.model.now_ms), label="delay_ms")
+        return strategies.declared_delay(delay, self.model.now_ms, self.declarations)
+
+    def declared(self, delay_ms: int) -> bool:
+        """The system promises something for a delay of ``delay_ms`` from now."""
+        return self.declarations.within_domain(self.model.now_ms, delay_ms)
+
     def teardown(self) -> None:
         if self.model is not None and self.ends_with_shutdown and not self.stopped:
             self.execute(v.Shutdown())
@@ -169,15 +185,25 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     @rule(data=st.data())
     def advance(self, data: st.DataObject) -> None:
-        self.execute(v.Advance(min(self.model.now_ms + data.draw(self.gaps, label="gap"), v.LONG_MAX)))
+        self.execute(v.Advance(min(self.model.now_ms + data.draw(self.gaps, label="gap"), self.clock_limit)))
+
+    @rule(data=st.data())
+    def advance_to_boundary(self, data: st.DataObject) -> None:
+        """To the next multiple of a power-of-two tick or of a level's interval, or a millisecond either side: where
+        a tick counter carries, a mask wraps, a level's window ends."""
+        to_ms = data.draw(strategies.at_boundaries(self.params, self.model.now_ms), label="to_ms")
+        self.execute(v.Advance(min(to_ms, self.clock_limit)))
 
     @precondition(lambda self: self.model.timer.size() > 0)
     @rule(data=st.data())
     def advance_to_deadline(self, data: st.DataObject) -> None:
-        """To a pending entry's expiration or a millisecond either side: where early or late firing shows."""
+        """To a pending entry's expiration, a millisecond either side or the start of its tick: where early or late
+        firing shows."""
         deadlines = sorted({expiration for _, expiration in entry_places(self.model.timer).values()})
-        to_ms = data.draw(st.sampled_from(deadlines), label="deadline") + data.draw(st.sampled_from([0, -1, 1]))
-        self.execute(v.Advance(min(max(to_ms, self.model.now_ms), v.LONG_MAX)))
+        deadline = data.draw(st.sampled_from(deadlines), label="deadline")
+        tick_start = deadline - deadline % self.params.tick_ms
+        to_ms = data.draw(st.sampled_from([deadline, deadline - 1, deadline + 1, tick_start]), label="to_ms")
+        self.execute(v.Advance(min(max(to_ms, self.model.now_ms), self.clock_limit)))
 
     @rule(data=st.data())
     def read(self, data: st.DataObject) -> None:
@@ -192,22 +218,27 @@ class TimerMachine(ConformanceMachine):
     READS = (v.Size(), v.Wheel(), v.DelayQueue())
     tasks = Bundle("tasks")
 
-    @initialize(params=strategies.params("timer"), ends_with_shutdown=st.booleans())
-    def start(self, params: v.Params, ends_with_shutdown: bool) -> None:
+    @initialize(data=st.data(), ends_with_shutdown=st.booleans())
+    def start(self, data: st.DataObject, ends_with_shutdown: bool) -> None:
         self.task_delays: dict[str, int] = {}
-        self.begin(params, ends_with_shutdown)
+        self.begin(data.draw(strategies.params("timer", self.session.hello.declarations), label="params"),
+                   ends_with_shutdown)
 
     @rule(target=tasks, data=st.data())
     def add_task(self, data: st.DataObject) -> str:
         task = f"t{len(self.task_delays)}"
-        self.task_delays[task] = data.draw(self.delays, label="delay_ms")
-        self.execute(v.TimerAdd(task, self.task_delays[task]))
+        delay = self.draw_delay(data)
+        if delay is None:
+            return multiple()
+        self.task_delays[task] = delay
+        self.execute(v.TimerAdd(task, delay))
         return task
 
     @rule(task=tasks)
     def add_again(self, task: str) -> None:
         """Re-adding a task moves it: its pending entry is replaced and its deadline reset."""
-        self.execute(v.TimerAdd(task, self.task_delays[task]))
+        if self.declared(self.task_delays[task]):
+            self.execute(v.TimerAdd(task, self.task_delays[task]))
 
     @rule(task=tasks)
     def cancel_task(self, task: str) -> None:
@@ -221,10 +252,12 @@ class PurgatoryMachine(ConformanceMachine):
     keys = Bundle("keys")
     key_lists = st.lists(keys, min_size=1, max_size=4)  # small key pools: shared and duplicate keys are common
 
-    @initialize(params=strategies.params("purgatory"), ends_with_shutdown=st.booleans())
-    def start(self, params: v.Params, ends_with_shutdown: bool) -> None:
+    @initialize(data=st.data(), ends_with_shutdown=st.booleans())
+    def start(self, data: st.DataObject, ends_with_shutdown: bool) -> None:
         self.op_count = 0
-        self.begin(params, ends_with_shutdown)
+        self.op_delays: dict[str, int] = {}
+        self.begin(data.draw(strategies.params("purgatory", self.session.hello.declarations), label="params"),
+                   ends_with_shutdown)
 
     @initialize(target=keys)
     def some_keys(self):
@@ -234,23 +267,28 @@ class PurgatoryMachine(ConformanceMachine):
 
     @rule(target=ops, keys=key_lists, ready_on=strategies.READY_ON, data=st.data())
     def watch_new(self, keys: list[str], ready_on: int | None, data: st.DataObject) -> str:
+        delay = self.draw_delay(data)
+        if delay is None:
+            return multiple()
         op = f"o{self.op_count}"
         self.op_count += 1
-        self.execute(v.Watch(op, keys, data.draw(self.delays, label="delay_ms"), ready_on))
+        self.op_delays[op] = delay
+        self.execute(v.Watch(op, keys, delay, ready_on))
         return op
 
     @rule(op=ops, keys=key_lists)
     def watch_again(self, op: str, keys: list[str]) -> None:
         """The same op object watched again: two more tries, more watch entries, its deadline reset."""
-        self.execute(v.Watch(op, keys))
+        if self.declared(self.op_delays[op]):
+            self.execute(v.Watch(op, keys))
 
     @rule(op=ops)
     def watch_without_keys(self, op: str) -> None:
         self.execute(v.Watch(op, []))
 
-    @rule(op=ops)
-    def set_ready(self, op: str) -> None:
-        self.execute(v.SetReady(op))
+    @rule(op=ops, ready=strategies.READY)
+    def set_ready(self, op: str, ready: bool) -> None:
+        self.execute(v.SetReady(op, ready))
 
     @rule(key=keys)
     def check(self, key: str) -> None:
@@ -284,8 +322,10 @@ class PurgatoryMachine(ConformanceMachine):
         op = data.draw(st.sampled_from(sorted(self.waiting())), label="op")
         entry = self.model.ops[op].entry
         if entry is not None and entry.expiration_ms > self.model.now_ms + 1:
-            self.execute(v.Advance(data.draw(st.integers(self.model.now_ms, entry.expiration_ms - 1), label="to_ms")))
-        self.execute(v.Watch(op, keys))
+            to_ms = data.draw(st.integers(self.model.now_ms, entry.expiration_ms - 1), label="to_ms")
+            self.execute(v.Advance(min(to_ms, self.clock_limit)))
+        if self.declared(self.op_delays[op]):
+            self.execute(v.Watch(op, keys))
 
     @rule(key=keys)
     def cancel_key(self, key: str) -> None:
