@@ -62,4 +62,5 @@ def test_a_campaign_finds_a_shrunk_counterexample_that_replay_reproduces(spark, 
     steps = [json.loads(line) for line in trace.read_text().splitlines()[1:]]
     assert steps[-1]["cmd"] == "delayed" and len(steps) <= 5  # shrunk to the miscounted gauge
     assert invoke("replay", trace, "--impl", MUTANT).exit_code == 1
-    assert invoke("replay", trace).exit_code == 0  # the trace itself holds the model's observations
+    assert invoke("replay", trace).exit_code == 1  # the trace alone: the mutant's recorded answers fail
+    assert invoke("replay", trace, "--impl", REFERENCE).exit_code == 0  # a live system's answers replace them
