@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import signal
 import sys
+import threading
 import traceback
 
 import click
@@ -57,7 +58,8 @@ class LazyGroup(click.Group):
 
     def main(self, *args, **kwargs):
         kwargs.pop("standalone_mode", None)
-        previous = signal.signal(signal.SIGTERM, interrupt)
+        in_main_thread = threading.current_thread() is threading.main_thread()  # only it may handle signals
+        previous = signal.signal(signal.SIGTERM, interrupt) if in_main_thread else None
         try:
             code = super().main(*args, standalone_mode=False, **kwargs)
         except click.ClickException as error:  # usage and bad input; a subclass may say the tool cannot run (3)
@@ -76,7 +78,8 @@ class LazyGroup(click.Group):
             click.echo("kpurgatory crashed: this is a bug in kpurgatory, not in the implementation", err=True)
             sys.exit(3)
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            if in_main_thread:
+                signal.signal(signal.SIGTERM, previous)
         sys.exit(code if isinstance(code, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
@@ -92,11 +95,8 @@ class LazyGroup(click.Group):
         return command
 
 
-@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]}, epilog=EXIT_CODES_HELP)
 @click.version_option(package_name="kpurgatory")
 def main() -> None:
     """kpurgatory: a reference model of Kafka's purgatory and timing wheel, and a conformance suite for
-    implementations of them.
-
-    Exit codes: 0 pass; 1 the implementation failed; 2 bad input or usage; 3 the tool or the adapter broke
-    (adapter crash or hang, unwritable output, interrupted, a bug in kpurgatory)."""
+    implementations of them."""
