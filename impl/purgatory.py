@@ -206,7 +206,6 @@ class DelayedOperationPurgatory:
         Returns True only when one of this call's own tries completed the op."""
         keys = checked_keys(keys)
         check_expiration(self.timer.clock(), op.delay_ms)  # refuse before watching: no op left without a timeout
-        shards, mask = self._shards, self._shard_mask
         watched = False
 
         def watch_all_keys() -> None:
@@ -214,13 +213,7 @@ class DelayedOperationPurgatory:
             for key in keys:
                 if op.completed:  # KAFKA-18027: no new watches for an op that is already complete
                     break
-                shard = shards[hash(key) & mask]
-                with shard.lock:  # Kafka's watchForOperation: find or create the key's list, append
-                    operations = shard.watchers_by_key.get(key)
-                    if operations is None:
-                        shard.watchers_by_key[key] = [op]
-                    else:
-                        operations.append(op)
+                self._watch_for_operation(key, op)
             with self._estimate_lock:
                 self.estimated_total_operations += 1
             watched = True
@@ -234,6 +227,17 @@ class DelayedOperationPurgatory:
             raise
         self._add_to_timer(op)
         return False
+
+    def _watch_for_operation(self, key: Hashable, op: DelayedOperation) -> None:
+        """Kafka's watchForOperation: under the shard lock, find or create the key's list and append ``op`` (a list
+        found must not be removed by a check or purge before the op is on it)."""
+        shard = self._shards[hash(key) & self._shard_mask]
+        with shard.lock:
+            operations = shard.watchers_by_key.get(key)
+            if operations is None:
+                shard.watchers_by_key[key] = [op]
+            else:
+                operations.append(op)
 
     def _add_to_timer(self, op: DelayedOperation) -> None:
         if not op.completed:

@@ -19,6 +19,7 @@ import contextlib
 import functools
 import threading
 
+from kpurgatory.conformance.adapters.gates import Gates
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.impl import SELECTED, DelayedOperation, DelayedOperationPurgatory, SystemTimer, TimerTask
 from kpurgatory.impl.purgatory import EmptyKeysError, checked_keys
@@ -55,12 +56,15 @@ class AdapterOperation(DelayedOperation):
         self.adapter = adapter
 
     def try_complete(self) -> bool:
+        gates = self.adapter.gates
+        gates.at("entry")
         with self.lock:  # the purgatory already holds it (reentrant); a direct `try` must count under it too
             self.try_calls += 1
             calls = self.try_calls
             if self.completed and self.adapter.current.route == "check":
                 self.adapter.record(v.StaleTry(self.op_id))
         holds = self.ready if self.ready is not None else self.ready_on is not None and calls >= self.ready_on
+        gates.at("decision")
         return self.force_complete() if holds else False
 
     def run(self) -> None:
@@ -80,7 +84,8 @@ ROUTES = {command: via for via, commands in v.VIA_COMMANDS.items() if via != "ex
 
 class BuiltinAdapter:
     """`SystemUnderTest` over kpurgatory.impl in virtual-clock mode. ``operation_class`` and ``task_class`` make the
-    ops and tasks (the mutants replace them)."""
+    ops and tasks (the mutants replace them). ``gates`` stop an op's try_complete where a race schedule says
+    (`kpurgatory.conformance.adapters.gates`)."""
 
     operation_class: type[AdapterOperation] = AdapterOperation
     task_class: type[AdapterTask] = AdapterTask
@@ -95,6 +100,7 @@ class BuiltinAdapter:
         self.ops: dict[str, AdapterOperation] = {}
         self.creating = threading.Lock()
         self.is_shut_down = False
+        self.gates = Gates()
 
     def record(self, event: v.Event) -> None:
         self.current.events.append(event)
@@ -120,6 +126,7 @@ class BuiltinAdapter:
                                                   on_error=_reraise)
         except (TimerDomainError, ValueError) as error:
             raise CommandError(str(error)) from None
+        self.gates.reset()
         self.__init__()
         self.profile, self.timer, self.purgatory = profile, timer, purgatory
 

@@ -4,10 +4,13 @@
 
 turns any in-process `SystemUnderTest` into a subprocess adapter, so the subprocess path can be checked end to end
 against a known-good system, and a Python implementation can be driven exactly as one in another language would be.
-With ``--concurrent`` (for a thread-safe system) it declares the protocol's ``concurrent`` feature and executes the
-commands of a run on a pool of threads, answering each when it is done, so that `kpurgatory check --threads` reaches
-the system from several threads through the protocol. `handle` is the per-request part, for adapters that want their
-own loop.
+With ``--concurrent`` (for a thread-safe system) it declares the protocol's ``concurrent`` and ``barrier`` features
+and executes the commands of a run on a pool of threads, answering each when it is done with its execution interval
+(``exec_ns``), so that `kpurgatory check --threads` reaches the system from several threads through the protocol:
+the requests of one start barrier are held until all have arrived and then released together, and step aside at
+random points while they run (`kpurgatory.conformance.adapters.interleave`), so that they interleave. A system with
+``gates`` (`kpurgatory.conformance.adapters.gates`, as the built-in adapter has) also gets the ``gates`` feature, so
+the race schedules can drive it. `handle` is the per-request part, for adapters that want their own loop.
 """
 
 from __future__ import annotations
@@ -16,9 +19,14 @@ import argparse
 import json
 import sys
 import threading
+import time
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from typing import TextIO
 
+from kpurgatory.conformance.adapters.gates import Gates, GateSpec
+from kpurgatory.conformance.adapters.interleave import preempted
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
 from kpurgatory.conformance.traces.codec import (command_from_json, declarations_to_json, observation_to_json,
                                                  validate)
@@ -28,6 +36,8 @@ from kpurgatory.model.contract import KAFKA
 
 #: requests sent alone: the run they start or end must not overlap any other command
 ALONE = ("hello", "init", "shutdown")
+#: requests that steer gates: answered while others are in flight, never held by a barrier
+CONTROL = ("await_gate", "open_gate")
 #: the concurrent server's worker threads (more than the harness's --threads, so none waits for a worker)
 WORKERS = 64
 
@@ -48,19 +58,42 @@ def handle(system: SystemUnderTest, request: dict, features: tuple[str, ...] = (
         if cmd == "init":
             system.init(args["profile"], v.Params(**args["params"]))
             return {"seq": seq, "result": None, "events": []}
-        return {"seq": seq, **observation_to_json(system.step(command_from_json(cmd, args)))}
+        gates = system_gates(system) if "gates" in features else None
+        if cmd in CONTROL and gates is not None:
+            return {"seq": seq, "events": [], "result": gates.reached(args["gate"]) if cmd == "await_gate" else
+                    gates.open(args["gate"])}
+        command = command_from_json(cmd, args)
+        with gates.armed(GateSpec.from_json(request["gate"])) if "gate" in request and gates else nullcontext():
+            with preempted() if "barrier" in request else nullcontext():
+                started = time.monotonic_ns()
+                observation = system.step(command)
+                ended = time.monotonic_ns()
+        response = {"seq": seq, **observation_to_json(observation)}
+        if "concurrent" in features:
+            response["exec_ns"] = [started, ended]
+        return response
     except Exception as error:  # the protocol's answer to "cannot execute": report it, keep serving
         return {"seq": seq, "failure": f"{type(error).__name__}: {error}"}
+
+
+def system_gates(system: SystemUnderTest) -> Gates | None:
+    gates = getattr(system, "gates", None)
+    return gates if isinstance(gates, Gates) else None
 
 
 def serve(system: SystemUnderTest, stdin: TextIO = sys.stdin, stdout: TextIO = sys.stdout,
           concurrent: bool = False) -> None:
     """Answer requests until end of input, then close the system. ``concurrent``: run commands on a thread pool and
-    answer in the order they finish; hello, init and shutdown wait until every command before them is answered."""
+    answer in the order they finish; hello, init and shutdown wait until every command before them is answered, and
+    the requests of a start barrier wait until the last of them arrived, then start together."""
     writing = threading.Lock()
-    features = ("concurrent",) if concurrent else ()
+    features = (("concurrent", "barrier") + (("gates",) if system_gates(system) else ())) if concurrent else ()
+    #: barrier id -> the requests of it that arrived so far
+    gathering: dict[str, list[dict]] = defaultdict(list)
 
-    def answer(request: dict) -> None:
+    def answer(request: dict, start: threading.Barrier | None = None) -> None:
+        if start is not None:
+            start.wait()
         response = json.dumps(handle(system, request, features)) + "\n"
         with writing:
             stdout.write(response)
@@ -76,6 +109,13 @@ def serve(system: SystemUnderTest, stdin: TextIO = sys.stdin, stdout: TextIO = s
                         future.result()
                     in_flight = []
                     answer(request)
+                elif isinstance(barrier := request.get("barrier"), dict) and request.get("cmd") not in CONTROL:
+                    group = gathering[barrier.get("id")]
+                    group.append(request)
+                    if len(group) >= barrier.get("parties", 1):
+                        del gathering[barrier.get("id")]
+                        start = threading.Barrier(len(group))
+                        in_flight.extend(pool.submit(answer, member, start) for member in group)
                 else:
                     in_flight.append(pool.submit(answer, request))
     finally:

@@ -37,6 +37,7 @@ import time
 import weakref
 from typing import ClassVar
 
+from kpurgatory.conformance.adapters.gates import GateSpec
 from kpurgatory.conformance.adapters.sut import Hello
 from kpurgatory.conformance.traces.codec import (MAX_LINE_BYTES, command_to_json, declarations_from_json, decode_line,
                                                  observation_from_json, params_to_json, validate)
@@ -144,6 +145,35 @@ class SubprocessSystem:
     def step(self, command: v.Command) -> v.Observation:
         return observation_from_json(self.request(command.name, command_to_json(command)["args"]))
 
+    # --- concurrent runs (features concurrent, barrier, gates) ------------------------------------------------
+
+    def call(self, command: v.Command, barrier: tuple[str, int] | None = None,
+             gate: GateSpec | None = None) -> tuple[v.Observation, tuple[int, int] | None]:
+        """`step` as one party of start barrier ``(id, parties)`` and/or carrying ``gate``; also returns the
+        adapter's ``exec_ns`` (None if it reports none)."""
+        routing = {}
+        if barrier is not None:
+            routing["barrier"] = {"id": barrier[0], "parties": barrier[1]}
+        if gate is not None:
+            routing["gate"] = gate.to_json()
+        response = self.request(command.name, command_to_json(command)["args"], routing)
+        exec_ns = response.get("exec_ns")
+        return observation_from_json(response), None if exec_ns is None else tuple(exec_ns)
+
+    def await_gate(self, gate_id: str) -> bool:
+        """True once the request carrying the gate waits at it, False if it finished without reaching it."""
+        return self._gate_control("await_gate", gate_id) is True
+
+    def open_gate(self, gate_id: str) -> None:
+        self._gate_control("open_gate", gate_id)
+
+    def _gate_control(self, cmd: str, gate_id: str) -> v.Json:
+        response = self.request(cmd, {"gate": gate_id})
+        if response.get("events") or "error" in response:
+            raise self._break(ProtocolViolation(f"{cmd} must answer with no events and no error, got "
+                                                f"{shorten(json.dumps(response))}"))
+        return response["result"]
+
     def close(self) -> None:
         """End of input asks the adapter to exit; one that does not within the grace period is killed. Whatever it
         started is killed with it, whether it exited or not."""
@@ -167,8 +197,9 @@ class SubprocessSystem:
                                                 f"{shorten(json.dumps(response))}"))
         return response["result"]
 
-    def request(self, cmd: str, args: dict) -> dict:
-        """Send one request and return its validated response document (thread-safe)."""
+    def request(self, cmd: str, args: dict, routing: dict | None = None) -> dict:
+        """Send one request (with the ``routing`` fields ``barrier`` and ``gate``, if given) and return its validated
+        response document (thread-safe)."""
         if self.broken is not None:
             raise self.broken
         answer: queue.Queue[bytes | None] = queue.Queue(maxsize=1)
@@ -178,7 +209,7 @@ class SubprocessSystem:
                 self.waiting[seq] = answer
             what = f"request {seq} ({cmd})"
             try:
-                self.process.stdin.write(json.dumps({"seq": seq, "cmd": cmd, "args": args}).encode() + b"\n")
+                self.process.stdin.write(json.dumps({"seq": seq, "cmd": cmd, "args": args, **(routing or {})}).encode() + b"\n")
                 self.process.stdin.flush()
                 sent = True
             except OSError:

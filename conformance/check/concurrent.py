@@ -47,8 +47,10 @@ replay the same history; the seed fixes the scripts.
 
 from __future__ import annotations
 
+import contextlib
 import io
 import itertools
+import queue
 import random
 import sys
 import threading
@@ -64,6 +66,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kpurgatory.conformance.traces.replay import format_command, format_observation
+from kpurgatory.conformance.adapters.gates import Gates, GateSpec
+from kpurgatory.conformance.adapters.interleave import preempted
+from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.terminal import markup, safe
 from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, TraceFormatError, read_traces, write_traces
@@ -77,34 +82,52 @@ CLOCK = "clock"
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Plans: what each thread will call
+# Plans: what each thread will call, round by round
 # ---------------------------------------------------------------------------------------------------------------
 
 
 @attrs.frozen
 class Plan:
-    """One run: parameters, a script per worker thread, the clock thread's advances and the shared keys."""
+    """One run: parameters and its rounds. A round is the calls that start together behind one start barrier: one
+    or two calls of each worker thread (two are both in flight at once) and an advance of the clock thread. A call
+    refers only to ops watched in an earlier round, whose watch has returned."""
 
     params: v.Params
-    scripts: dict[str, tuple[v.Command, ...]]
-    advances: tuple[int, ...]
-    keys: tuple[str, ...]
+    rounds: tuple[tuple[tuple[str, v.Command], ...], ...]
+
+    @property
+    def calls(self) -> Iterator[tuple[str, v.Command]]:
+        return (call for round_ in self.rounds for call in round_)
 
     @property
     def owners(self) -> dict[str, str]:
         """op -> the thread whose script watches it."""
-        return {command.op: thread for thread, script in self.scripts.items() for command in script
-                if isinstance(command, v.Watch)}
+        return {command.op: thread for thread, command in self.calls if isinstance(command, v.Watch)}
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        keys = {key for _, command in self.calls for key in
+                (command.keys if isinstance(command, v.Watch) else (getattr(command, "key", None),)) if key}
+        return tuple(sorted(keys))
+
+    @property
+    def threads(self) -> tuple[str, ...]:
+        return tuple(sorted({thread for thread, _ in self.calls}))
+
+    def size(self) -> int:
+        return sum(map(len, self.rounds))
 
 
 #: how often a worker picks each kind of call
 WEIGHTS = {"watch": 30, "set_ready": 18, "check": 25, "cancel_key": 4, "force": 5, "try": 5, "cancel": 4,
            "watched": 3, "delayed": 3, "size": 3}
+#: how often a worker has a second call in flight in a round
+PIPELINED = 0.25
 
 
 def plan_run(rng: random.Random, threads: int, steps: int) -> Plan:
-    """Random scripts on small wheels (tasks overflow to three and more levels), keys shared by all threads, ops
-    referred to across threads. A call to an op is planned only after the op's watch in its owner's script."""
+    """Random rounds on small wheels (tasks overflow to three and more levels), keys shared by all threads, ops
+    referred to across threads: ``steps`` rounds, each with one or two calls of every worker and one advance."""
     tick = rng.choice((1, 1, 2, 5))
     wheel = rng.choice((2, 3, 4, 8, 20))
     params = v.Params(tick_ms=tick, wheel_size=wheel, start_ms=rng.choice((0, rng.randrange(1, 1000))),
@@ -112,8 +135,8 @@ def plan_run(rng: random.Random, threads: int, steps: int) -> Plan:
     span = tick * wheel
     keys = tuple(f"k{i}" for i in range(threads + 1))
     names = [f"w{i}" for i in range(threads)]
-    kinds = {name: rng.choices(list(WEIGHTS), list(WEIGHTS.values()), k=steps) for name in names}
-    born = {f"{name}.{index}": index for name in names for index, kind in enumerate(kinds[name]) if kind == "watch"}
+    counters = dict.fromkeys(names, 0)
+    visible: list[str] = []
 
     def delay() -> int:
         roll = rng.random()
@@ -123,28 +146,103 @@ def plan_run(rng: random.Random, threads: int, steps: int) -> Plan:
             return rng.randrange(1, span + 1)
         return rng.randrange(span, span * wheel * (wheel if roll > 0.9 else 1) + 1)
 
-    def command(name: str, index: int, kind: str) -> v.Command:
+    def command(name: str) -> v.Command:
+        kind = rng.choices(list(WEIGHTS), list(WEIGHTS.values()))[0]
+        counters[name] += 1
         if kind == "watch":
-            return v.Watch(f"{name}.{index}", tuple(rng.choices(keys, k=rng.choice((1, 1, 2, 3)))), delay(),
-                           rng.choice((None, None, None, 1, 2)))
+            return v.Watch(f"{name}.{counters[name] - 1}", tuple(rng.choices(keys, k=rng.choice((1, 1, 2, 3)))),
+                           delay(), rng.choice((None, None, None, 1, 2)))
         if kind in ("check", "cancel_key"):
             return v.COMMANDS[kind](rng.choice(keys))
         if kind in ("watched", "delayed", "size"):
             return v.COMMANDS[kind]()
-        visible = [op for op, index_born in born.items() if index_born < index]
         return v.COMMANDS[kind](rng.choice(visible)) if visible else v.Check(rng.choice(keys))
 
-    scripts = {name: tuple(command(name, index, kind) for index, kind in enumerate(kinds[name])) for name in names}
-    clock, advances = params.start_ms, []
+    clock, rounds = params.start_ms, []
     for _ in range(steps):
+        calls = [(name, command(name)) for name in names for _ in range(1 + (rng.random() < PIPELINED))]
         clock += rng.choice((0, rng.randrange(1, tick + 1), rng.randrange(1, span + 1),
                              rng.randrange(span, span * wheel + 1)))
-        advances.append(clock)
-    return Plan(params, scripts, tuple(advances), keys)
+        calls.append((CLOCK, v.Advance(clock)))
+        rounds.append(tuple(calls))
+        visible.extend(command.op for _, command in calls if isinstance(command, v.Watch))
+    return Plan(params, tuple(rounds))
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Running a plan: the recorder, the threads and the drain
+# Reaching the system: in process or through the protocol
+# ---------------------------------------------------------------------------------------------------------------
+
+
+class Driver:
+    """Calls an in-process system: a start barrier is a `threading.Barrier` here, gates are the system's own
+    (`kpurgatory.conformance.adapters.gates`), and the execution interval is read around the call."""
+
+    def __init__(self, system: SystemUnderTest, hello: Hello):
+        self.system, self.hello = system, hello
+        self.barriers: dict[str, threading.Barrier] = {}
+        self.making = threading.Lock()
+
+    @property
+    def gates(self) -> Gates | None:
+        """The system's gates (a run may replace them)."""
+        gates = getattr(self.system, "gates", None)
+        return gates if isinstance(gates, Gates) else None
+
+    @property
+    def gated(self) -> bool:
+        """The system supports gates, so the race schedules can drive it."""
+        return self.gates is not None
+
+    def call(self, command: v.Command, barrier: tuple[str, int] | None,
+             gate: GateSpec | None) -> tuple[v.Observation, tuple[int, int] | None]:
+        if barrier is not None:
+            with self.making:
+                start = self.barriers.setdefault(barrier[0], threading.Barrier(barrier[1]))
+            start.wait()
+        with self.gates.armed(gate) if gate is not None else contextlib.nullcontext():
+            with preempted() if barrier is not None else contextlib.nullcontext():
+                started = time.monotonic_ns()
+                observation = self.system.step(command)
+                ended = time.monotonic_ns()
+            return observation, (started, ended)
+
+    def await_gate(self, gate_id: str) -> bool:
+        return self.gates.reached(gate_id)
+
+    def open_gate(self, gate_id: str) -> None:
+        self.gates.open(gate_id)
+
+
+class ProtocolDriver(Driver):
+    """Calls an adapter through the protocol: barriers and gates travel with the requests (features ``barrier`` and
+    ``gates``, specs/protocol.md §3.1-3.2), and the adapter reports the execution interval."""
+
+    def __init__(self, system: SubprocessSystem, hello: Hello):
+        super().__init__(system, hello)
+        self.with_barriers = "barrier" in hello.features
+
+    @property
+    def gated(self) -> bool:
+        return "gates" in self.hello.features
+
+    def call(self, command: v.Command, barrier: tuple[str, int] | None,
+             gate: GateSpec | None) -> tuple[v.Observation, tuple[int, int] | None]:
+        return self.system.call(command, barrier if self.with_barriers else None, gate)
+
+    def await_gate(self, gate_id: str) -> bool:
+        return self.system.await_gate(gate_id)
+
+    def open_gate(self, gate_id: str) -> None:
+        self.system.open_gate(gate_id)
+
+
+def driver_for(system: SystemUnderTest, hello: Hello) -> Driver:
+    return (ProtocolDriver if isinstance(system, SubprocessSystem) else Driver)(system, hello)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running a plan: the recorder, the rounds and the drain
 # ---------------------------------------------------------------------------------------------------------------
 
 
@@ -158,6 +256,7 @@ class Call:
     returned: int | None = None
     observation: v.Observation | None = None
     failure: str | None = None
+    exec_ns: tuple[int, int] | None = None
 
 
 class SystemFailed(Exception):
@@ -167,19 +266,20 @@ class SystemFailed(Exception):
 class Recorder:
     """Calls the system and records each call on one logical clock (``next`` of an itertools.count is atomic)."""
 
-    def __init__(self, system: SystemUnderTest):
-        self.system = system
+    def __init__(self, driver: Driver):
+        self.driver = driver
         self.ticks = itertools.count()
         self.calls: list[Call] = []
         self.progressed = time.monotonic()
         #: set when the system raised or hung: every thread stops at its next call
         self.stopped = threading.Event()
 
-    def call(self, thread: str, command: v.Command) -> v.Observation:
+    def call(self, thread: str, command: v.Command, barrier: tuple[str, int] | None = None,
+             gate: GateSpec | None = None) -> v.Observation:
         record = Call(thread, command, next(self.ticks))
         self.calls.append(record)  # list.append is atomic
         try:
-            record.observation = self.system.step(command)
+            record.observation, record.exec_ns = self.driver.call(command, barrier, gate)
         except Exception as error:  # noqa: BLE001 - the system's failure is the finding
             record.failure = f"{type(error).__name__}: {error}"
             self.stopped.set()
@@ -189,87 +289,99 @@ class Recorder:
             self.progressed = time.monotonic()
         return record.observation
 
-    def history(self, header: Header) -> Trace:
+    def history(self, trace_id: str, params: v.Params) -> Trace:
         ordered = sorted(self.calls, key=lambda call: call.invoked)
+        threads = max(2, len({call.thread for call in ordered}))
+        header = Header(trace_id, "purgatory", params, self.driver.hello.implementation, threads=threads)
         return Trace(header, [Step(seq, call.command, call.observation or v.Observation(),
-                                   Timing(call.thread, call.invoked, call.returned, call.failure))
+                                   Timing(call.thread, call.invoked, call.returned, call.failure, call.exec_ns))
                               for seq, call in enumerate(ordered, start=1)])
 
 
-def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float, trace_id: str) -> Trace:
-    """Run ``plan`` on a fresh run of ``system`` and return the history. A call that has not returned ``timeout``
-    seconds after the last call returned is a hang: the history keeps it with no return, and the run ends undrained
-    (its threads are left behind as daemons)."""
+class Lanes:
+    """Daemon threads that run the calls of a round, one call per thread (a hung system keeps its threads; they
+    never keep the interpreter from exiting)."""
+
+    def __init__(self) -> None:
+        self.queues: list[queue.SimpleQueue] = []
+
+    def run(self, tasks: list[Callable[[], None]]) -> list[threading.Event]:
+        while len(self.queues) < len(tasks):
+            lane: queue.SimpleQueue = queue.SimpleQueue()
+            threading.Thread(target=self._serve, args=(lane,), daemon=True, name=f"lane{len(self.queues)}").start()
+            self.queues.append(lane)
+        done = [threading.Event() for _ in tasks]
+        for lane, task, finished in zip(self.queues, tasks, done):
+            lane.put((task, finished))
+        return done
+
+    @staticmethod
+    def _serve(lane: queue.SimpleQueue) -> None:
+        while (item := lane.get()) is not None:
+            task, finished = item
+            try:
+                task()
+            finally:
+                finished.set()
+
+    def close(self) -> None:
+        for lane in self.queues:
+            lane.put(None)
+
+
+def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float, trace_id: str,
+            driver: Driver | None = None) -> Trace:
+    """Run ``plan`` on a fresh run (init) of ``system`` and return the history: round by round, the calls of a
+    round released together by a start barrier. A call that has not returned ``timeout`` seconds after the last
+    call returned is a hang: the history keeps it with no return, and the run ends undrained."""
     system.init("purgatory", plan.params)
-    recorder = Recorder(system)
-    watched = {op: threading.Event() for op in plan.owners}
-    start = threading.Barrier(len(plan.scripts) + 1)
+    driver = driver or driver_for(system, hello)
+    driver.barriers.clear()  # a shrunk plan reuses the ids with other numbers of parties
+    recorder = Recorder(driver)
+    lanes = Lanes()
 
-    def wait_for(op: str) -> bool:
-        while not watched[op].wait(0.01):
-            if recorder.stopped.is_set():
-                return False
-        return True
+    def task(thread: str, command: v.Command, barrier: tuple[str, int]) -> Callable[[], None]:
+        def run() -> None:
+            with contextlib.suppress(SystemFailed):
+                recorder.call(thread, command, barrier)
+        return run
 
-    def worker(name: str, script: tuple[v.Command, ...]) -> None:
-        start.wait()
-        try:
-            for command in script:
-                op = getattr(command, "op", None)
-                if not isinstance(command, v.Watch) and op is not None and not wait_for(op):
-                    return
-                if recorder.stopped.is_set():
-                    return
-                recorder.call(name, command)
-                if isinstance(command, v.Watch):
-                    watched[command.op].set()
-        except SystemFailed:
-            return
-
-    def clock() -> None:
-        start.wait()
-        try:
-            for to_ms in plan.advances:
-                if recorder.stopped.is_set():
-                    return
-                recorder.call(CLOCK, v.Advance(to_ms))
-        except SystemFailed:
-            return
-
-    threads = [threading.Thread(target=worker, args=item, daemon=True, name=item[0]) for item in plan.scripts.items()]
-    threads.append(threading.Thread(target=clock, daemon=True, name=CLOCK))
     switch_interval = sys.getswitchinterval()
     sys.setswitchinterval(SWITCH_INTERVAL_S)
     try:
-        for thread in threads:
-            thread.start()
-        if not joined(threads, recorder, timeout):
-            recorder.stopped.set()  # the threads not stuck in the system return
+        for number, calls in enumerate(plan.rounds):
+            if recorder.stopped.is_set():
+                break
+            barrier = (f"{trace_id}.{number}", len(calls))
+            if not settled(lanes.run([task(thread, command, barrier) for thread, command in calls]), recorder,
+                           timeout):
+                recorder.stopped.set()
     finally:
         sys.setswitchinterval(switch_interval)
-    header = Header(trace_id, "purgatory", plan.params, hello.implementation, threads=len(threads))
+        lanes.close()
     if not recorder.stopped.is_set():
         drain(recorder, plan, hello)
-    return recorder.history(header)
+    return recorder.history(trace_id, plan.params)
 
 
-def joined(threads: list[threading.Thread], recorder: Recorder, timeout: float) -> bool:
-    """Wait for ``threads`` while calls keep returning; False once nothing returned for ``timeout`` seconds."""
-    while any(thread.is_alive() for thread in threads):
-        if time.monotonic() - recorder.progressed > timeout:
-            return False
-        for thread in threads:
-            thread.join(0.05)
+def settled(done: list[threading.Event], recorder: Recorder, timeout: float) -> bool:
+    """Wait for every call of a round while calls keep returning; False once nothing returned for ``timeout``."""
+    for finished in done:
+        while not finished.wait(0.05):
+            if time.monotonic() - recorder.progressed > timeout:
+                return False
     return True
 
 
 def drain(recorder: Recorder, plan: Plan, hello: Hello) -> None:
-    """On one thread, after every other call returned: pass every deadline, force every op, check every key, read
-    the counters, shut down."""
-    horizon = plan.advances[-1] + max([0, *(c.delay_ms for s in plan.scripts.values() for c in s
-                                            if isinstance(c, v.Watch))])
-    commands = [v.Advance(horizon), *(v.Force(op) for op in sorted(plan.owners)), *map(v.Check, plan.keys),
-                v.Watched(), v.Delayed(), v.Size()]
+    """On one thread, after every other call returned: make every op ready and check every key (an op a list lost
+    is a lost wakeup now), pass every deadline, force every op, check every key again, read the counters, shut
+    down."""
+    ops, keys = sorted(plan.owners), plan.keys
+    horizon = max([plan.params.start_ms, *(c.to_ms for _, c in plan.calls if isinstance(c, v.Advance))]) + max(
+        [0, *(c.delay_ms or 0 for _, c in plan.calls if isinstance(c, v.Watch))])
+    commands = [*map(v.SetReady, ops), *map(v.Check, keys), v.Advance(horizon), *map(v.Force, ops),
+                *map(v.Check, keys), v.Watched(), v.Delayed(), v.Size()]
     if "watcher_keys" in hello.features:
         commands.append(v.WatcherKeys())
     commands.append(v.Shutdown())
@@ -278,6 +390,50 @@ def drain(recorder: Recorder, plan: Plan, hello: Hello) -> None:
             recorder.call(DRAIN, command)
     except SystemFailed:
         return
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Overlap: how much the calls of a history really ran at once
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Overlap:
+    """Over the calls with an execution interval: how many there are, how many intersect another call's interval,
+    and the most that executed at once."""
+
+    calls: int = 0
+    overlapping: int = 0
+    most: int = 0
+
+    def __add__(self, other: Overlap) -> Overlap:
+        return Overlap(self.calls + other.calls, self.overlapping + other.overlapping, max(self.most, other.most))
+
+    @property
+    def fraction(self) -> float:
+        return self.overlapping / self.calls if self.calls else 0.0
+
+    def __str__(self) -> str:
+        if not self.calls:
+            return "overlap: unknown (no execution intervals)"
+        return (f"overlap: {self.fraction:.0%} of {self.calls:,} calls ran while another did; at most {self.most} "
+                f"at once")
+
+
+def overlap(trace: Trace) -> Overlap:
+    """The overlap figures of a history, from its steps' ``exec_ns`` (closed intervals)."""
+    intervals = sorted(step.timing.exec_ns for step in trace.steps if step.timing.exec_ns is not None)
+    overlapping = [False] * len(intervals)
+    for i, (_, end) in enumerate(intervals):
+        for j in range(i + 1, len(intervals)):
+            if intervals[j][0] > end:
+                break
+            overlapping[i] = overlapping[j] = True
+    most = running = 0
+    for _, change in sorted([(start, -1) for start, _ in intervals] + [(end, 1) for _, end in intervals]):
+        running -= change  # at equal times starts (-1) sort first: touching intervals count as overlapping
+        most = max(most, running)
+    return Overlap(len(intervals), sum(overlapping), most)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -525,13 +681,111 @@ CHECKS: tuple[Callable[[History], Iterator[Violation]], ...] = (
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Shrinking a failing run
+# ---------------------------------------------------------------------------------------------------------------
+
+#: a smaller plan still fails if one of this many runs of it breaks a property (a race need not recur every time)
+SHRINK_ATTEMPTS = 8
+#: shrinking stops after this long, keeping the smallest failing run found
+SHRINK_BUDGET_S = 60.0
+#: a small plan is cheap to run, and a race in it has few chances to happen: it gets up to MAX_ATTEMPTS runs,
+#: CHEAP_CALLS calls' worth
+CHEAP_CALLS, MAX_ATTEMPTS = 2000, 200
+
+
+def viable(plan: Plan) -> Plan:
+    """``plan`` without the calls that refer to an op not watched in an earlier round, and without empty rounds."""
+    watched: set[str] = set()
+    rounds = []
+    for calls in plan.rounds:
+        kept = tuple((thread, command) for thread, command in calls
+                     if isinstance(command, v.Watch) or getattr(command, "op", None) in (None, *watched))
+        watched.update(command.op for _, command in kept if isinstance(command, v.Watch))
+        if kept:
+            rounds.append(kept)
+    return Plan(plan.params, tuple(rounds))
+
+
+def involved(history: Trace, violations: tuple[Violation, ...]) -> set[str]:
+    """The ops the violations' steps name, and the keys those ops were watched on."""
+    named = {seq for violation in violations for seq in violation.seqs}
+    ops = {op for step in history.steps if step.seq in named
+           for op in (getattr(step.command, "op", None), *(getattr(e, "op", None) for e in step.observation.events))
+           if op is not None}
+    return ops | {key for step in history.steps if isinstance(step.command, v.Watch) and step.command.op in ops
+                  for key in step.command.keys}
+
+
+def touches(command: v.Command, focus: set[str]) -> bool:
+    return bool({getattr(command, "op", None), getattr(command, "key", None), *getattr(command, "keys", ())} & focus)
+
+
+def smaller(plan: Plan, focus: set[str]) -> Iterator[Plan]:
+    """Candidate reductions of ``plan``, boldest first: only the rounds that watch a ``focus`` op, only the rounds
+    with a call on a ``focus`` op or key (where the race most likely was), without one thread, without a block of
+    rounds (halves, quarters, … single rounds), without one call."""
+    yield Plan(plan.params, tuple(calls for calls in plan.rounds
+                                  if any(isinstance(command, v.Watch) and command.op in focus for _, command in calls)))
+    yield Plan(plan.params, tuple(calls for calls in plan.rounds
+                                  if any(touches(command, focus) for _, command in calls)))
+    for thread in plan.threads:
+        yield Plan(plan.params, tuple(tuple(call for call in calls if call[0] != thread) for calls in plan.rounds))
+    size = len(plan.rounds) // 2
+    while size >= 1:
+        for start in range(0, len(plan.rounds), size):
+            yield Plan(plan.params, plan.rounds[:start] + plan.rounds[start + size:])
+        size //= 2
+    for number, calls in enumerate(plan.rounds):
+        for position in range(len(calls)):
+            yield Plan(plan.params, plan.rounds[:number] + (calls[:position] + calls[position + 1:],)
+                       + plan.rounds[number + 1:])
+
+
+def broken(history: Trace) -> bool:
+    """A call raised or never returned: the system cannot be driven further."""
+    return any(step.timing.failure is not None or step.timing.returned is None for step in history.steps)
+
+
+def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations: tuple[Violation, ...], *,
+           attempts: int = SHRINK_ATTEMPTS, budget_s: float = SHRINK_BUDGET_S
+           ) -> tuple[Plan, Trace, tuple[Violation, ...]]:
+    """The smallest run found that still fails: greedily take the first smaller plan (fewer threads, fewer calls
+    per thread) one of whose ``attempts`` runs (more for small plans) breaks a property, until none does or ``budget_s`` is spent. A run
+    whose system raised or hung is not shrunk (the system is no longer usable)."""
+    deadline = time.monotonic() + budget_s
+    if broken(history):
+        return plan, history, violations
+    improved = True
+    while improved and time.monotonic() < deadline:
+        improved = False
+        tried: set[Plan] = set()
+        for candidate in map(viable, smaller(plan, involved(history, violations))):
+            if candidate in tried or candidate.size() >= plan.size() or not candidate.rounds:
+                continue
+            tried.add(candidate)
+            for _ in range(max(attempts, min(CHEAP_CALLS // candidate.size(), MAX_ATTEMPTS))):
+                if time.monotonic() > deadline:
+                    return plan, history, violations
+                attempt = run(candidate)
+                if broken(attempt):
+                    return plan, history, violations
+                if found := tuple(check_history(attempt)):
+                    plan, history, violations, improved = candidate, attempt, found, True
+                    break
+            if improved:
+                break
+    return plan, history, violations
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The concurrent check and its report
 # ---------------------------------------------------------------------------------------------------------------
 
 
 @attrs.frozen
 class ConcurrentResult:
-    """The verdict of a concurrent check: the first failing history (if any), its violations and where it is."""
+    """The verdict of a concurrent check: the race schedules and random runs done, the overlap their calls reached,
+    and the first failing history (shrunk, if it was a random run), its violations and where it is."""
 
     passed: bool
     seed: int
@@ -543,18 +797,27 @@ class ConcurrentResult:
     history: Trace | None = None
     violations: tuple[Violation, ...] = ()
     history_path: Path | None = None
+    overlap: Overlap = Overlap()
+    #: race schedules that passed (None: the system has no gates, so none could run)
+    schedules: int | None = None
+    #: calls in the failing history before it was shrunk
+    shrunk_from: int | None = None
 
 
 def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int,
                          seed: int | None = None, timeout: float = 10.0, out_dir: str | Path | None = None,
                          on_run: Callable[[int, int], None] | None = None) -> ConcurrentResult:
-    """Run ``runs`` plans of ``threads`` workers and ``steps`` calls each (scripts from ``seed``), each a fresh run
-    (init) of one system, until a history breaks a property. That history is written to ``out_dir`` as
-    ``concurrent-SEED-RUN.jsonl`` with its table as ``.txt`` and its page (`traces.view`) as ``.html``. ``on_run(runs so far, calls so far)`` reports
+    """First the race schedules (`kpurgatory.conformance.check.schedules`, if the system has gates), then ``runs``
+    random plans of ``threads`` workers and ``steps`` rounds each (from ``seed``), each a fresh run (init) of one
+    system, until a history breaks a property. A failing random run is shrunk. The failing history is written to
+    ``out_dir`` as ``TRACE-ID.jsonl`` with its table as ``.txt`` and its page (`traces.view`) as
+    ``.html``. ``on_run(runs so far, calls so far)`` reports
     progress. A hung system is abandoned, not closed (its threads may hold its locks)."""
+    from kpurgatory.conformance.check.schedules import SCHEDULES, run_schedule
+
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
-    started, calls = time.monotonic(), 0
+    started, calls, measured = time.monotonic(), 0, Overlap()
     system = system_factory()
     hung = False
     try:
@@ -562,25 +825,51 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
         if "purgatory" not in hello.profiles:
             raise ValueError(f"{hello.implementation} does not implement the purgatory profile the concurrent check "
                              f"drives")
+        driver = driver_for(system, hello)
+
+        def failed(history: Trace, violations: tuple[Violation, ...], run: int, **more) -> ConcurrentResult:
+            path = None
+            if out_dir is not None:
+                path = write_traces(Path(out_dir) / f"{history.trace_id}.jsonl", history)
+                path.with_suffix(".txt").write_text(render(history, violations))
+                from kpurgatory.conformance.traces.view import write_view  # the view imports this module
+
+                write_view(path.with_suffix(".html"), history, violations={history.trace_id: violations})
+            return ConcurrentResult(False, seed, hello.implementation, threads, run, calls,
+                                    time.monotonic() - started, history, violations, path, measured, **more)
+
+        schedules = None
+        if driver.gated:
+            for schedules, schedule in enumerate(SCHEDULES):
+                history = run_schedule(system, hello, driver, schedule, timeout=timeout)
+                hung = any(step.timing.returned is None for step in history.steps)
+                calls += len(history.steps)
+                if violations := tuple(check_history(history)):
+                    return failed(history, violations, 0, schedules=schedules)
+            schedules = len(SCHEDULES)
         for run in range(1, runs + 1):
-            history = execute(system, hello, plan_run(rng, threads, steps), timeout=timeout,
-                              trace_id=f"concurrent-{seed}-{run}")
+            plan = plan_run(rng, threads, steps)
+            history = execute(system, hello, plan, timeout=timeout, trace_id=f"concurrent-{seed}-{run}",
+                              driver=driver)
             hung = any(step.timing.returned is None for step in history.steps)
-            violations = tuple(check_history(history))
+            measured += overlap(history)
             calls += len(history.steps)
             if on_run is not None:
                 on_run(run, calls)
-            if violations:
-                path = None
-                if out_dir is not None:
-                    path = write_traces(Path(out_dir) / f"{history.trace_id}.jsonl", history)
-                    path.with_suffix(".txt").write_text(render(history, violations))
-                    from kpurgatory.conformance.traces.view import write_view  # the view imports this module
+            if violations := tuple(check_history(history)):
+                size, attempts = len(history.steps), []
 
-                    write_view(path.with_suffix(".html"), history, violations={history.trace_id: violations})
-                return ConcurrentResult(False, seed, hello.implementation, threads, run, calls,
-                                        time.monotonic() - started, history, violations, path)
-        return ConcurrentResult(True, seed, hello.implementation, threads, runs, calls, time.monotonic() - started)
+                def rerun(candidate: Plan) -> Trace:
+                    attempts.append(execute(system, hello, candidate, timeout=timeout, driver=driver,
+                                            trace_id=history.trace_id))
+                    return attempts[-1]
+
+                _, history, violations = shrink(rerun, plan, history, violations)
+                hung = hung or any(step.timing.returned is None for attempt in attempts for step in attempt.steps)
+                return failed(history, violations, run, schedules=schedules,
+                              shrunk_from=size if size > len(history.steps) else None)
+        return ConcurrentResult(True, seed, hello.implementation, threads, runs, calls, time.monotonic() - started,
+                                overlap=measured, schedules=schedules)
     finally:
         if not hung:
             system.close()
@@ -626,14 +915,20 @@ def render(history: Trace, violations: tuple[Violation, ...]) -> str:
 
 def print_result(console: Console, result: ConcurrentResult, rerun: str) -> None:
     table = Table(title=f"concurrent check of {result.implementation}")
-    for column in ("threads", "runs", "calls", "time", "verdict"):
+    for column in ("threads", "race schedules", "runs", "calls", "overlapping", "most at once", "time", "verdict"):
         table.add_column(column)
-    table.add_row(str(result.threads), str(result.runs), f"{result.calls:,}", f"{result.elapsed_s:.1f} s",
+    measured = result.overlap
+    table.add_row(str(result.threads), "no gates" if result.schedules is None else str(result.schedules),
+                  str(result.runs), f"{result.calls:,}", f"{measured.fraction:.0%}" if measured.calls else "-",
+                  str(measured.most) if measured.calls else "-", f"{result.elapsed_s:.1f} s",
                   "[green]pass[/]" if result.passed else "[bold red]FAIL[/]")
     console.print(table)
+    console.print(f"random runs' {measured}", markup=False, highlight=False)
     if result.passed:
         return
     console.rule("[bold red]purgatory (concurrent): FAIL")
+    if result.shrunk_from is not None:
+        console.print(f"shrunk from {result.shrunk_from} to {len(result.history.steps)} calls", markup=False)
     console.print(violations_table(result.violations))
     console.print(history_table(result.history, result.violations))
     if result.history_path is not None:
@@ -648,8 +943,9 @@ def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, 
                        timeout: float, out: Path, rerun: str) -> bool:
     """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report; True if it passed."""
     console = Console()
-    console.print(f"checking concurrently: {threads} worker threads and a clock thread, {runs} runs of {steps} calls "
-                  f"per worker; seed {seed}")
+    console.print(f"checking concurrently: the race schedules, then {runs} runs of {steps} rounds, each round "
+                  f"{threads} worker threads (one or two calls in flight each) and a clock thread started together; "
+                  f"seed {seed}", markup=False, highlight=False)
     with Progress(TextColumn("purgatory (concurrent)"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[calls]:,} calls"), TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("runs", total=runs, calls=0)
@@ -683,8 +979,8 @@ def check_history_command(histories, all_steps):
     for trace in loaded:
         violations = found[trace.trace_id] = tuple(check_history(trace))
         verdict = "[green]pass[/]" if not violations else f"[bold red]FAIL[/] ({len(violations)} violations)"
-        console.print(f"{markup(trace.trace_id)}: {len(trace.steps)} calls on {trace.header.threads} threads: "
-                      f"{verdict}")
+        console.print(f"{markup(trace.trace_id)}: {len(trace.steps)} calls on {trace.header.threads} threads, "
+                      f"{overlap(trace)}: {verdict}")
         if violations:
             console.print(violations_table(violations))
             console.print(history_table(trace, violations, context=None if all_steps else 3))

@@ -14,6 +14,7 @@ when threads race, so only the concurrent check can kill it.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
 import statistics
@@ -289,6 +290,32 @@ class TriesCompleted(AdapterOperation):
             return self.try_complete()
 
 
+class UnlockedOperation(AdapterOperation):
+    """The op has no lock: safeTryComplete, tryCompleteElseWatch's tries and a check's tries of one op run at once,
+    and a check that found the op pending calls tryComplete after another thread completed it under the lock it
+    should have waited for."""
+
+    __slots__ = ()
+
+    def __init__(self, *args) -> None:
+        super().__init__(*args)
+        self.lock = contextlib.nullcontext()
+
+
+class UnlockedFindOrCreate(DelayedOperationPurgatory):
+    """watchForOperation without the shard lock: two watches of a key without a list each create one and the
+    second replaces the first, or a check removes the list a watch found before the watch appends to it; either
+    way an op is on no list of that key, and a check of the key never completes it."""
+
+    def _watch_for_operation(self, key, op) -> None:
+        shard = self._watcher_list(key)
+        operations = shard.watchers_by_key.get(key)
+        if operations is None:
+            shard.watchers_by_key[key] = [op]
+        else:
+            operations.append(op)
+
+
 class UncountedWatch(DelayedOperationPurgatory):
     """A watch leaves the estimate of operations unchanged, so the purge never falls due."""
 
@@ -432,6 +459,10 @@ MUTANTS: tuple[Mutant, ...] = (
            "KAFKA-2160: empty lists kept (leak)", "purgatory", EmptyListsKept),
     Mutant("kafka_17848_try_completed", "safeTryComplete does not skip a completed op",
            "KAFKA-17848: tryComplete after completion", "purgatory", TriesCompleted, race=True),
+    Mutant("unlocked_operation", "an op without its lock: tryComplete runs in two threads at once",
+           "race: no per-op lock", "purgatory", UnlockedOperation, race=True),
+    Mutant("unlocked_find_or_create", "watchForOperation finds or creates a key's list without the shard lock",
+           "race: watch list find-or-create unlocked", "purgatory", UnlockedFindOrCreate, race=True),
 )
 BY_ID: dict[str, Mutant] = {mutant.id: mutant for mutant in MUTANTS}
 #: the concurrent check of a purgatory mutant: worker threads and calls per thread of each run
