@@ -360,7 +360,7 @@ def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float
         sys.setswitchinterval(switch_interval)
         lanes.close()
     if not recorder.stopped.is_set():
-        drain(recorder, plan, hello)
+        drain(recorder, plan, hello, timeout)
     return recorder.history(trace_id, plan.params)
 
 
@@ -373,10 +373,10 @@ def settled(done: list[threading.Event], recorder: Recorder, timeout: float) -> 
     return True
 
 
-def drain(recorder: Recorder, plan: Plan, hello: Hello) -> None:
+def drain(recorder: Recorder, plan: Plan, hello: Hello, timeout: float) -> None:
     """On one thread, after every other call returned: make every op ready and check every key (an op a list lost
     is a lost wakeup now), pass every deadline, force every op, check every key again, read the counters, shut
-    down."""
+    down. A call that hangs (``timeout`` as in `execute`) ends the drain."""
     ops, keys = sorted(plan.owners), plan.keys
     horizon = max([plan.params.start_ms, *(c.to_ms for _, c in plan.calls if isinstance(c, v.Advance))]) + max(
         [0, *(c.delay_ms or 0 for _, c in plan.calls if isinstance(c, v.Watch))])
@@ -385,11 +385,18 @@ def drain(recorder: Recorder, plan: Plan, hello: Hello) -> None:
     if "watcher_keys" in hello.features:
         commands.append(v.WatcherKeys())
     commands.append(v.Shutdown())
+
+    def calls() -> None:
+        with contextlib.suppress(SystemFailed):
+            for command in commands:
+                recorder.call(DRAIN, command)
+
+    lanes = Lanes()
     try:
-        for command in commands:
-            recorder.call(DRAIN, command)
-    except SystemFailed:
-        return
+        if not settled(lanes.run([calls]), recorder, timeout):
+            recorder.stopped.set()
+    finally:
+        lanes.close()
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -687,7 +694,7 @@ CHECKS: tuple[Callable[[History], Iterator[Violation]], ...] = (
 #: a smaller plan still fails if one of this many runs of it breaks a property (a race need not recur every time)
 SHRINK_ATTEMPTS = 8
 #: shrinking stops after this long, keeping the smallest failing run found
-SHRINK_BUDGET_S = 60.0
+SHRINK_BUDGET_S = 90.0
 #: a small plan is cheap to run, and a race in it has few chances to happen: it gets up to MAX_ATTEMPTS runs,
 #: CHEAP_CALLS calls' worth
 CHEAP_CALLS, MAX_ATTEMPTS = 2000, 200
@@ -721,11 +728,15 @@ def touches(command: v.Command, focus: set[str]) -> bool:
 
 
 def smaller(plan: Plan, focus: set[str]) -> Iterator[Plan]:
-    """Candidate reductions of ``plan``, boldest first: only the rounds that watch a ``focus`` op, only the rounds
-    with a call on a ``focus`` op or key (where the race most likely was), without one thread, without a block of
-    rounds (halves, quarters, … single rounds), without one call."""
-    yield Plan(plan.params, tuple(calls for calls in plan.rounds
-                                  if any(isinstance(command, v.Watch) and command.op in focus for _, command in calls)))
+    """Candidate reductions of ``plan``, boldest first: only the rounds that watch a ``focus`` op (rounds never
+    overlap, so a race that loses an op is in its watch's round), those with the few rounds before them, only the
+    rounds with a call on a ``focus`` op or key, without one thread, without a block of rounds (halves, quarters,
+    … single rounds), without one call."""
+    watching = [number for number, calls in enumerate(plan.rounds)
+                if any(isinstance(command, v.Watch) and command.op in focus for _, command in calls)]
+    for before in (0, 1, 2, 4, 8):
+        kept = {number - back for number in watching for back in range(before + 1)}
+        yield Plan(plan.params, tuple(calls for number, calls in enumerate(plan.rounds) if number in kept))
     yield Plan(plan.params, tuple(calls for calls in plan.rounds
                                   if any(touches(command, focus) for _, command in calls)))
     for thread in plan.threads:
@@ -755,6 +766,8 @@ def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations:
     deadline = time.monotonic() + budget_s
     if broken(history):
         return plan, history, violations
+    #: the most runs a candidate needed to fail so far: a bug that shows every time needs few tries per candidate
+    needed: int | None = None
     improved = True
     while improved and time.monotonic() < deadline:
         improved = False
@@ -763,7 +776,8 @@ def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations:
             if candidate in tried or candidate.size() >= plan.size() or not candidate.rounds:
                 continue
             tried.add(candidate)
-            for _ in range(max(attempts, min(CHEAP_CALLS // candidate.size(), MAX_ATTEMPTS))):
+            tries = max(attempts, min(CHEAP_CALLS // candidate.size(), MAX_ATTEMPTS))
+            for number in range(1, (tries if needed is None else min(tries, max(attempts, 4 * needed))) + 1):
                 if time.monotonic() > deadline:
                     return plan, history, violations
                 attempt = run(candidate)
@@ -771,6 +785,7 @@ def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations:
                     return plan, history, violations
                 if found := tuple(check_history(attempt)):
                     plan, history, violations, improved = candidate, attempt, found, True
+                    needed = max(needed or 0, number)
                     break
             if improved:
                 break
@@ -806,13 +821,14 @@ class ConcurrentResult:
 
 def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int,
                          seed: int | None = None, timeout: float = 10.0, out_dir: str | Path | None = None,
-                         on_run: Callable[[int, int], None] | None = None) -> ConcurrentResult:
+                         on_run: Callable[[int, int], None] | None = None,
+                         shrink_budget_s: float = SHRINK_BUDGET_S) -> ConcurrentResult:
     """First the race schedules (`kpurgatory.conformance.check.schedules`, if the system has gates), then ``runs``
     random plans of ``threads`` workers and ``steps`` rounds each (from ``seed``), each a fresh run (init) of one
-    system, until a history breaks a property. A failing random run is shrunk. The failing history is written to
-    ``out_dir`` as ``TRACE-ID.jsonl`` with its table as ``.txt`` and its page (`traces.view`) as
-    ``.html``. ``on_run(runs so far, calls so far)`` reports
-    progress. A hung system is abandoned, not closed (its threads may hold its locks)."""
+    system, until a history breaks a property. A failing random run is shrunk (for up to ``shrink_budget_s``). The
+    failing history is written to ``out_dir`` as ``TRACE-ID.jsonl`` with its table as ``.txt`` and its page
+    (`traces.view`) as ``.html``. ``on_run(runs so far, calls so far)`` reports progress. A hung system is
+    abandoned, not closed (its threads may hold its locks)."""
     from kpurgatory.conformance.check.schedules import SCHEDULES, run_schedule
 
     seed = random.randrange(2**32) if seed is None else seed
@@ -864,7 +880,7 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
                                             trace_id=history.trace_id))
                     return attempts[-1]
 
-                _, history, violations = shrink(rerun, plan, history, violations)
+                _, history, violations = shrink(rerun, plan, history, violations, budget_s=shrink_budget_s)
                 hung = hung or any(step.timing.returned is None for attempt in attempts for step in attempt.steps)
                 return failed(history, violations, run, schedules=schedules,
                               shrunk_from=size if size > len(history.steps) else None)

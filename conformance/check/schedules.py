@@ -166,5 +166,5 @@ def run_schedule(system: SystemUnderTest, hello: Hello, driver: Driver, schedule
         elif not settled([calls[action.thread]], recorder, timeout):
             recorder.stopped.set()
     if not recorder.stopped.is_set():
-        drain(recorder, schedule.as_plan(), hello)
+        drain(recorder, schedule.as_plan(), hello, timeout)
     return recorder.history(f"schedule-{schedule.name}", schedule.params)

@@ -257,7 +257,7 @@ class NotAtomic(BuiltinAdapter):
 
 def test_a_race_that_no_sequential_run_shows_is_caught():
     assert run_check(NotAtomic, profile="purgatory", examples=100, seed=1).passed
-    result = run_concurrent_check(NotAtomic, threads=4, runs=50, steps=40, seed=1)
+    result = run_concurrent_check(NotAtomic, threads=4, runs=50, steps=40, seed=1, shrink_budget_s=5)
     assert not result.passed and "exactly_once" in {violation.property for violation in result.violations}
 
 
@@ -288,7 +288,7 @@ def test_a_hanging_or_raising_system_ends_the_run_with_a_report(system, says):
     result = run_concurrent_check(system, threads=3, runs=5, steps=40, seed=2, timeout=0.5)
     assert not result.passed
     assert any(violation.property == "no_failure" and says in violation.message for violation in result.violations)
-    assert result.runs == 1 and not any(step.command == v.Shutdown() for step in result.history.steps)
+    assert result.runs <= 1 and not any(step.command == v.Shutdown() for step in result.history.steps)
 
 
 # --- the history as a file, and the commands ----------------------------------------------------------------------
@@ -354,7 +354,7 @@ def test_the_pytest_fixture_fails_with_the_violations_and_the_history(kpurgatory
         kpurgatory_check_concurrently(adapter_class(BY_ID["double_completion"]), threads=2, runs=20, seed=1)
     message = str(failure.value)
     assert "exactly_once" in message and "✗" in message
-    path = next(tmp_path.rglob("concurrent-1-*.jsonl"))
+    path = next(tmp_path.rglob("*.jsonl"))
     assert read_traces(path)[0].header.threads == 3
 
 

@@ -1,0 +1,183 @@
+"""Races that happen: start barriers, the overlap figures, shrinking a failing run, the race schedules through gates
+(in process and through the stdio adapter), and the race mutants they kill."""
+
+import io
+import json
+import random
+import sys
+import threading
+
+import pytest
+
+from kpurgatory.conformance.adapters.builtin import BuiltinAdapter
+from kpurgatory.conformance.adapters.gates import Gates, GateSpec
+from kpurgatory.conformance.adapters.stdio import serve
+from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
+from kpurgatory.conformance.check.concurrent import (CLOCK, Plan, check_history, driver_for, execute, overlap,
+                                                     plan_run, shrink)
+from kpurgatory.conformance.check.schedules import SCHEDULES, run_schedule
+from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
+from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, dumps, loads
+from kpurgatory.model import vocabulary as v
+
+PARAMS = v.Params(tick_ms=1, wheel_size=4, start_ms=0, purge_interval=1000)
+STDIO = f"{sys.executable} -m kpurgatory.conformance.adapters.stdio --concurrent"
+
+
+def timed(*intervals) -> Trace:
+    steps = [Step(seq, v.Size(), v.Observation(0), Timing("w0", 2 * seq, 2 * seq + 1, exec_ns=interval))
+             for seq, interval in enumerate(intervals, start=1)]
+    return Trace(Header("t", "purgatory", PARAMS, "test", threads=2), steps)
+
+
+# --- the overlap figures --------------------------------------------------------------------------------------
+
+
+def test_overlap_counts_calls_whose_intervals_intersect_and_the_most_at_once():
+    figures = overlap(timed((0, 10), (5, 15), (20, 30), (30, 40), (50, 60), (8, 9)))
+    assert (figures.calls, figures.overlapping, figures.most) == (6, 5, 3)
+    assert "83% of 6 calls" in str(figures) and "at most 3 at once" in str(figures)
+
+
+def test_overlap_ignores_calls_without_intervals_and_says_so():
+    assert overlap(timed((0, 10), None, (20, 30))).overlapping == 0
+    assert "unknown" in str(overlap(timed(None)))
+
+
+def test_execution_intervals_round_trip_and_are_validated():
+    trace = timed((0, 10), (5, 15))
+    assert loads(dumps(trace)) == [trace]
+    with pytest.raises(ValueError, match="exec_ns"):
+        loads(dumps(timed((10, 5))))
+
+
+def test_the_calls_of_a_round_really_run_at_once():
+    """Every call has an execution interval and the rounds make them overlap (weak bounds: a loaded machine
+    interleaves less; the figures themselves are measured by `kpurgatory check --threads`)."""
+    system = BuiltinAdapter()
+    figures = [overlap(execute(system, system.hello(), plan_run(random.Random(run), 4, 30), timeout=10,
+                               trace_id=f"o{run}")) for run in range(3)]
+    assert all(f.calls > 0 for f in figures)
+    assert max(f.most for f in figures) >= 3 and sum(f.overlapping for f in figures) > 0
+
+
+# --- start barriers and gates in the stdio server -------------------------------------------------------------
+
+
+def test_the_stdio_server_holds_a_barrier_until_all_its_parties_arrived():
+    """The first request of a barrier of two is answered only after the second arrives: an unrelated request sent
+    in between is answered first."""
+    lines = [{"seq": 0, "cmd": "hello", "args": {"protocol_version": 1}},
+             {"seq": 1, "cmd": "init", "args": {"profile": "purgatory", "params": {
+                 "tick_ms": 1, "wheel_size": 4, "start_ms": 0, "purge_interval": 1000}}},
+             {"seq": 2, "cmd": "size", "args": {}, "barrier": {"id": "r", "parties": 2}},
+             {"seq": 3, "cmd": "delayed", "args": {}},
+             {"seq": 4, "cmd": "watched", "args": {}, "barrier": {"id": "r", "parties": 2}}]
+    out = io.StringIO()
+
+    class Input:
+        """Sends seq 4 only once seq 3 was answered."""
+
+        def __iter__(self):
+            for line in lines:
+                if line["seq"] == 4:
+                    while '"seq": 3' not in out.getvalue():
+                        threading.Event().wait(0.01)
+                yield json.dumps(line) + "\n"
+
+    serve(BuiltinAdapter(), Input(), out, concurrent=True)
+    responses = [json.loads(line) for line in out.getvalue().splitlines()]
+    assert "barrier" in responses[0]["result"]["features"] and "gates" in responses[0]["result"]["features"]
+    answered = [response["seq"] for response in responses]
+    assert answered.index(3) < answered.index(2)
+    assert all(len(response["exec_ns"]) == 2 for response in responses[2:])
+
+
+def test_a_gate_stops_the_chosen_try_until_opened():
+    gates, order = Gates(timeout=5), []
+
+    def request():
+        with gates.armed(GateSpec("g", 2, "entry")):
+            for number in (1, 2, 3):
+                gates.at("entry")
+                order.append(number)
+                gates.at("decision")
+
+    caller = threading.Thread(target=request)
+    caller.start()
+    assert gates.reached("g") and order == [1]
+    gates.open("g")
+    caller.join(5)
+    assert order == [1, 2, 3]
+    with gates.armed(GateSpec("h", 5)):
+        gates.at("entry")
+    assert gates.reached("h") is False
+
+
+# --- shrinking ------------------------------------------------------------------------------------------------
+
+
+def test_a_failing_run_shrinks_to_the_calls_that_matter():
+    """Emptied lists kept (KAFKA-2160) fails every run that watches a key and empties its list: a few calls stay."""
+    system = adapter_class(BY_ID["kafka_2160_empty_lists_kept"])()
+    hello = system.hello()
+    plan = plan_run(random.Random(5), 3, 20)
+    history = execute(system, hello, plan, timeout=10, trace_id="s")
+    violations = tuple(check_history(history))
+    assert violations
+    small, shrunk, still = shrink(lambda candidate: execute(system, hello, candidate, timeout=10, trace_id="s"),
+                                  plan, history, violations, budget_s=30)
+    assert still and check_history(shrunk)
+    assert small.size() <= 2 < plan.size() and len(shrunk.steps) <= 15
+
+
+# --- race schedules -------------------------------------------------------------------------------------------
+
+
+def schedule_violations(system) -> dict[str, set[str]]:
+    hello = system.hello()
+    driver = driver_for(system, hello)
+    try:
+        return {schedule.name: {violation.property for violation in check_history(
+            run_schedule(system, hello, driver, schedule, timeout=10))} for schedule in SCHEDULES}
+    finally:
+        system.close()
+
+
+def test_the_builtin_implementation_passes_every_race_schedule_in_process_and_through_stdio():
+    assert schedule_violations(BuiltinAdapter()) == {schedule.name: set() for schedule in SCHEDULES}
+    assert schedule_violations(SubprocessSystem(f"{STDIO} kpurgatory.conformance.adapters.builtin:factory")) == {
+        schedule.name: set() for schedule in SCHEDULES}
+
+
+@pytest.mark.parametrize("mutant, schedule, broken", [
+    ("kafka_17848_try_completed", "locked_completion_during_walk", "justified"),
+    ("unlocked_operation", "checks_race_for_an_op", "justified"),
+    ("missing_second_try", "ready_between_watch_tries", "no_lost_wakeup"),
+])
+def test_a_schedule_shows_its_race_every_time(mutant, schedule, broken):
+    assert broken in schedule_violations(adapter_class(BY_ID[mutant])())[schedule]
+
+
+def test_a_schedule_shows_its_race_through_the_stdio_adapter():
+    failed = schedule_violations(SubprocessSystem(f"{STDIO} kpurgatory.conformance.tools.mutants:unlocked_operation"))
+    assert failed["checks_race_for_an_op"] == {"justified"}
+
+
+# --- the race that only preemption shows ---------------------------------------------------------------------
+
+
+def test_an_unlocked_find_or_create_loses_an_op_when_watches_of_a_new_key_race():
+    """Rounds of four watches of one new key each: the mutant loses one of them from the key's list (a lost wakeup
+    once it is made ready and the key checked); impl never does."""
+    rounds = tuple(tuple((f"w{thread}", v.Watch(f"w{thread}.{number}", (f"k{number}",), 100, None))
+                         for thread in range(4)) + ((CLOCK, v.Advance(0)),) for number in range(20))
+    plan = Plan(PARAMS, rounds)
+
+    def failures(system, runs: int) -> int:
+        hello = system.hello()
+        return sum(bool(check_history(execute(system, hello, plan, timeout=10, trace_id=f"f{run}")))
+                   for run in range(runs))
+
+    assert failures(BuiltinAdapter(), 3) == 0
+    assert failures(adapter_class(BY_ID["unlocked_find_or_create"])(), 10) > 0
