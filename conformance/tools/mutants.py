@@ -14,7 +14,6 @@ when threads race, so only the concurrent check can kill it.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import random
 import statistics
@@ -113,6 +112,9 @@ class Mutant:
     component: type = attrs.field()
     #: the bug shows only when threads race: no sequential run tells it from impl, the concurrent check must
     race: bool = False
+    #: the bug is in purgatory code the compiled core runs in C with no hook for a subclass: on the compiled impl,
+    #: the mutant is the pure-Python purgatory (over the compiled timer and ops)
+    pure_python: bool = False
 
     @component.validator
     def _one_kind(self, _attribute, component: type) -> None:
@@ -137,7 +139,8 @@ def adapter_class(mutant: Mutant) -> type[MutantAdapter]:
         timer = type("Timer", (SELECTED.SystemTimer,), {"faults": fault})
         purgatory = SELECTED.DelayedOperationPurgatory
         if slot == "purgatory_class":  # the mutant's methods over the compiled purgatory (super() reaches the C core)
-            purgatory = type(mutant.component.__name__, (mutant.component, purgatory), {})
+            purgatory = (mutant.component if mutant.pure_python else
+                         type(mutant.component.__name__, (mutant.component, purgatory), {}))
         chosen = {} if fault or slot == "purgatory_class" else {slot: mutant.component}
         return type(f"Mutant_{mutant.id}", (MutantAdapter,), {
             "mutant": mutant, "timer_class": timer, "purgatory_class": purgatory,
@@ -290,6 +293,22 @@ class TriesCompleted(AdapterOperation):
             return self.try_complete()
 
 
+class NoLock:
+    """A lock that keeps nobody out."""
+
+    def acquire(self, blocking: bool = True, timeout: float = -1) -> bool:
+        return True
+
+    def release(self) -> None:
+        pass
+
+    def __enter__(self) -> bool:
+        return True
+
+    def __exit__(self, *exc_info: object) -> None:
+        pass
+
+
 class UnlockedOperation(AdapterOperation):
     """The op has no lock: safeTryComplete, tryCompleteElseWatch's tries and a check's tries of one op run at once,
     and a check that found the op pending calls tryComplete after another thread completed it under the lock it
@@ -299,7 +318,7 @@ class UnlockedOperation(AdapterOperation):
 
     def __init__(self, *args) -> None:
         super().__init__(*args)
-        self.lock = contextlib.nullcontext()
+        self.lock = NoLock()
 
 
 class UnlockedFindOrCreate(DelayedOperationPurgatory):
@@ -462,7 +481,8 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("unlocked_operation", "an op without its lock: tryComplete runs in two threads at once",
            "race: no per-op lock", "purgatory", UnlockedOperation, race=True),
     Mutant("unlocked_find_or_create", "watchForOperation finds or creates a key's list without the shard lock",
-           "race: watch list find-or-create unlocked", "purgatory", UnlockedFindOrCreate, race=True),
+           "race: watch list find-or-create unlocked", "purgatory", UnlockedFindOrCreate, race=True,
+           pure_python=True),
 )
 BY_ID: dict[str, Mutant] = {mutant.id: mutant for mutant in MUTANTS}
 #: the concurrent check of a purgatory mutant: worker threads and calls per thread of each run

@@ -24,6 +24,8 @@ from kpurgatory.conformance.traces.replay import replay
 from kpurgatory.conformance.traces.codec import Header, Trace
 
 SEED, EXAMPLES = 0, 1000  # runs stop at the first failure; the budget only bounds slow kills
+#: sequential runs that must all pass against a race mutant (each runs to the end: kept modest)
+RACE_EXAMPLES = 200
 SEQUENTIAL = [mutant for mutant in MUTANTS if not mutant.race]
 RACES = [mutant for mutant in MUTANTS if mutant.race]
 
@@ -38,10 +40,10 @@ def stop_at_first_failure(session: Session) -> None:
         raise FirstFailure(session.shortest)
 
 
-def first_counterexample(mutant: Mutant) -> Trace | None:
+def first_counterexample(mutant: Mutant, examples: int = EXAMPLES) -> Trace | None:
     """The first failing run of the check against ``mutant``, unshrunk; None if every run passed."""
     try:
-        run_check(adapter_class(mutant), profile=mutant.profile, examples=EXAMPLES, seed=SEED,
+        run_check(adapter_class(mutant), profile=mutant.profile, examples=examples, seed=SEED,
                   on_example=stop_at_first_failure)
     except FirstFailure as found:
         stop = found.args[0]
@@ -87,9 +89,9 @@ def test_the_check_kills_the_mutant_and_its_counterexample_replays(mutant, kpurg
 @pytest.mark.parametrize("mutant", RACES, ids=lambda mutant: mutant.id)
 def test_a_race_survives_the_sequential_check_and_the_concurrent_check_kills_it(mutant, tmp_path):
     """If a sequential run ever shows one of these, it is no race: unmark it."""
-    assert first_counterexample(mutant) is None
+    assert first_counterexample(mutant, RACE_EXAMPLES) is None
     result = run_concurrent_check(adapter_class(mutant), threads=CONCURRENT_THREADS, runs=EXAMPLES,
-                                  steps=CONCURRENT_STEPS, seed=SEED, out_dir=tmp_path)
+                                  steps=CONCURRENT_STEPS, seed=SEED, out_dir=tmp_path, shrink_budget_s=10)
     assert not result.passed, f"{mutant.id} survived {EXAMPLES} concurrent runs (seed {SEED})"
     assert CliRunner().invoke(main, ["check-history", str(result.history_path)]).exit_code == 1
 
