@@ -694,7 +694,7 @@ CHECKS: tuple[Callable[[History], Iterator[Violation]], ...] = (
 #: a smaller plan still fails if one of this many runs of it breaks a property (a race need not recur every time)
 SHRINK_ATTEMPTS = 8
 #: shrinking stops after this long, keeping the smallest failing run found
-SHRINK_BUDGET_S = 90.0
+SHRINK_BUDGET_S = 150.0
 #: a small plan is cheap to run, and a race in it has few chances to happen: it gets up to MAX_ATTEMPTS runs,
 #: CHEAP_CALLS calls' worth
 CHEAP_CALLS, MAX_ATTEMPTS = 2000, 200

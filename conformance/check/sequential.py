@@ -360,7 +360,7 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
 @click.option("--threads", type=click.IntRange(1, 64), default=1, show_default=True,
               help="With 2 or more: the concurrent check. That many threads call the system at once (purgatory "
                    "profile; an --adapter must declare the 'concurrent' feature), and properties are checked on the recorded history; --examples "
-                   "counts runs, --steps the calls of each thread, and --level does not apply.")
+                   "counts runs, --steps the rounds of each run, and --level does not apply.")
 def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads):
     """Check an implementation against the model with generated runs (the built-in one by default).
 
