@@ -447,8 +447,12 @@ function showConcurrent(view, main) {
     const l = Math.floor((event.offsetY - TOP) / LANE), lane = lanes[l];
     if (!lane || event.offsetX < LABEL) { hideTooltip(); return; }
     const t = axis.t(event.offsetX), slack = 3 * (axis.hi - axis.lo) / (axis.right - axis.left);
-    const k = firstVisible(lane, t - slack), i = lane[k];
-    if (i === undefined || calls.invoked[i] > t + slack) { hideTooltip(); return; }
+    // the call under the pointer, else the nearest one within 3 px
+    const k = firstVisible(lane, t);
+    const [i, distance] = [lane[k], lane[k - 1]].filter((call) => call !== undefined)
+      .map((call) => [call, Math.max(0, calls.invoked[call] - t, t - calls.returned[call])])
+      .sort((a, b) => a[1] - b[1])[0] || [undefined, Infinity];
+    if (distance > slack) { hideTooltip(); return; }
     const mine = view.violations.filter((violation) => violation.seqs.includes(i + 1));
     showTooltip(event, [`call ${i + 1} on ${view.lanes[l]}, logical time ${calls.invoked[i]} → ${calls.flags[i] & FAILED && calls.answer[i] === "never returned" ? "…" : calls.returned[i]}`,
                         calls.command[i], "→ " + calls.answer[i],
