@@ -3,16 +3,20 @@
 Read in this order (each obligation is a function whose docstring states it in words, next to its encoding;
 specs/obligations.md collects the statements, ``kpurgatory prove --markdown`` regenerates it):
 
-  core.py          the registry, outcomes (proved / bound / refuted), z3 queries and lemmas
+  core.py          the registry, outcomes (proved / bound / refuted / not inductive), each obligation's mutant,
+                   z3 queries and lemmas
   javalong.py      Java's long arithmetic in the encodings z3 gets: 64-bit bit-vectors for searches, integers with
-                   explicit two's-complement wrapping for proofs (and why), unbounded integers for the model
-  wheel.py         the wheel: placement, refusal, clock alignment, overflow levels, cascades, timing; the places
-                   where Java's arithmetic overflows (Kafka findings, executed on `wheel.KafkaWheel`) and the model's
-                   alternatives, proved; the rounded-up bucket mutant
+                   explicit two's-complement wrapping for proofs (proved equal to Java's definitions), unbounded
+                   integers for the model
+  wheel.py         the wheel's shared arithmetic (accepted, place, clocks, overflow tick) and its mutants;
+                   placement, refusal, clock alignment, overflow levels; the symbolic wheel (add, advance, cascade)
+                   and the timing obligations over it; the places where Java's arithmetic overflows (Kafka findings,
+                   executed on `wheel.KafkaWheel`) and the model's alternatives, proved; the rounded-up bucket mutant
   purgatory.py     the purgatory as a symbolic transition system over 3 ops and 2 keys: exactly-once, justified
-                   completion, no lost wakeup, counters, no forgotten op (BMC + inductive invariant), the purge rule,
-                   the memory held by stale entries (bound without cancellation, finding with it, the true bound),
-                   the >= purge mutant, and the cross-check against model/
+                   completion, no lost wakeup, tried after listing, counters, no forgotten op, liveness, watcher
+                   cleanup (check, purge, map) by one inductive invariant; the purge rule, the memory held by stale
+                   entries (bound without cancellation, finding with it, the true bound), the >= purge mutant, and
+                   the cross-check against model/
   interleaving.py  tryCompleteElseWatch, checkAndComplete and forceComplete cut into atomic steps and interleaved:
                    why Kafka tries twice and cancels after adding to the timer (mutants without either)
   mutants.py       the spec mutants and `mutant_counterexamples()`, their traces by mutant key

@@ -13,10 +13,12 @@ from pathlib import Path
 
 import click
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from kpurgatory.conformance.traces.codec import write_traces
-from kpurgatory.specs.core import BOUND, PROVED, REFUTED, Obligation, Outcome, run_named, run_one, select
+from kpurgatory.specs.core import (BOUND, PROVED, REFUTED, Obligation, Outcome, as_expected, run_named, run_one,
+                                   select)
 
 STYLE = {PROVED: "green", BOUND: "cyan", REFUTED: "yellow"}
 
@@ -49,8 +51,12 @@ def as_json(obligations, outcomes, paths, seconds: float) -> dict:
         rows.append({
             "name": ob.name, "kind": ob.kind, "statement": ob.statement, "domain": ob.domain,
             "method": outcome.method, "result": outcome.status, "expected": ob.expect,
-            "as_expected": outcome.status == ob.expect, "seconds": round(outcome.seconds, 3),
+            "as_expected": as_expected(ob, outcome), "seconds": round(outcome.seconds, 3),
             "detail": outcome.detail, "witness": outcome.witness,
+            "mutant": None if ob.mutant is None else {
+                "bug": ob.mutant, "result": outcome.mutant.status if outcome.mutant else None,
+                "detail": outcome.mutant.detail if outcome.mutant else "",
+                "seconds": round(outcome.mutant.seconds, 3) if outcome.mutant else 0.0},
             "lemmas": [{"name": n, "result": s, "seconds": round(t, 3)} for n, s, t in outcome.lemmas],
             "traces": paths.get(ob.name, []),
         })
@@ -63,6 +69,7 @@ def print_table(console: Console, obligations, outcomes, paths, seconds: float) 
     table.add_column("obligation", no_wrap=True)
     table.add_column("result", no_wrap=True)
     table.add_column("time", justify="right", no_wrap=True)
+    table.add_column("its mutant", no_wrap=True)
     table.add_column("domain  [dim](method)[/]", overflow="fold", ratio=1)
     for ob in obligations:
         outcome = outcomes[ob.name]
@@ -71,14 +78,21 @@ def print_table(console: Console, obligations, outcomes, paths, seconds: float) 
             result += f" [dim]({ob.kind})[/]"
         if outcome.status != ob.expect:
             result += f" [bold red]✗ expected {ob.expect}[/]"
-        table.add_row(ob.name, result, f"{outcome.seconds:.2f}s", f"{ob.domain} [dim]({outcome.method})[/]")
+        teeth = "" if outcome.mutant is None else (
+            f"[{STYLE[REFUTED]}]refuted[/] {outcome.mutant.seconds:.2f}s" if outcome.mutant.status == REFUTED
+            else f"[bold red]{outcome.mutant.status} ✗[/]")
+        table.add_row(ob.name, result, f"{outcome.seconds:.2f}s", teeth,
+                      f"{escape(ob.domain)} [dim]({escape(outcome.method)})[/]")
     console.print(table)
-    notable = [ob for ob in obligations if outcomes[ob.name].status != PROVED]
-    for ob in notable:
+    for ob in obligations:
         outcome = outcomes[ob.name]
-        console.print(f"[bold]{ob.name}[/] ({outcome.status}): {outcome.detail}", soft_wrap=True)
-        for path in paths.get(ob.name, []):
-            console.print(f"    trace: {path}", soft_wrap=True)
+        if outcome.status != PROVED:
+            console.print(f"[bold]{ob.name}[/] ({outcome.status}): {escape(outcome.detail)}", soft_wrap=True)
+            for path in paths.get(ob.name, []):
+                console.print(f"    trace: {escape(path)}", soft_wrap=True)
+        if outcome.mutant is not None and outcome.mutant.status != REFUTED:
+            console.print(f"[bold red]{ob.name}: its mutant ({escape(ob.mutant)}) was not refuted[/] "
+                          f"({outcome.mutant.status}): {escape(outcome.mutant.detail)}", soft_wrap=True)
 
 
 @click.command("prove")
@@ -92,12 +106,13 @@ def print_table(console: Console, obligations, outcomes, paths, seconds: float) 
               help="Obligations run in this many processes.")
 @click.option("--list", "list_only", is_flag=True, help="List the obligations with their statements and exit.")
 @click.option("--markdown", "markdown", is_flag=True, help="Print specs/obligations.md (the statements) and exit.")
-def prove_command(as_json_flag: bool, out: Path, only: tuple[str, ...], jobs: int, list_only: bool,
+def prove_command(as_json_flag: bool, out: Path | None, only: tuple[str, ...], jobs: int, list_only: bool,
                   markdown: bool) -> None:
     """Run the z3 obligations of specs/ (timing-wheel arithmetic, purgatory invariants, interleavings, findings
     and mutants) and report, per obligation, its domain, result (proved / bound / refuted) and time.
 
-    Exits 0 when every obligation has its expected result (findings and mutants are expected to be refuted)."""
+    Exits 0 when every obligation has its expected result (findings and mutants are expected to be refuted) and
+    every obligation's own mutant is refuted."""
     if markdown:
         from kpurgatory.specs.document import render
 

@@ -8,6 +8,13 @@ An *obligation* is a Python function whose docstring is its statement in words a
 ``refuted``  z3 produced a model. For a *finding* this is the expected outcome: Kafka's arithmetic or design is
              wrong there, the counterexample is documented and written as a replayable trace. For a *mutant*
              (a deliberately broken copy of a spec) it shows that the obligations have teeth.
+``not inductive``  an invariant the obligation relies on is not preserved by some step from some state satisfying
+             it; no reachable violation was found (that would be ``refuted``), so the invariant needs strengthening.
+
+Every obligation that claims something (kind obligation, model or support) names a *mutant* of its subject: the
+same encoding with one deliberate bug (``mutant=`` in the decorator, applied when the function is called with
+``mutated=True``). Running the obligation runs its mutant too, which must come out refuted, so each proof shows
+that it can fail.
 
 A *lemma* is a small universally quantified fact that z3 proves on its own; an obligation whose direct query is
 too hard states which lemmas it uses, and its query receives their instances as hypotheses. Every lemma an
@@ -26,12 +33,14 @@ import z3
 from kpurgatory.conformance.traces.codec import Trace
 
 PROVED, REFUTED, BOUND, UNKNOWN, ERROR = "proved", "refuted", "bound", "unknown", "error"
+NOT_INDUCTIVE = "not inductive"
 
 #: what an obligation is: a property of Kafka's design that must hold, a place where Kafka is wrong (a finding),
 #: a property of the model's own choices, or a broken copy of a spec that must be refuted
 KINDS = ("obligation", "finding", "model", "mutant", "support")
 
-DEFAULT_TIMEOUT_MS = 60_000
+#: wall-clock: generous, because these machines are shared (an obligation that takes 2 s idle took 60 s at load 13)
+DEFAULT_TIMEOUT_MS = 300_000
 
 
 @attrs.define
@@ -47,6 +56,8 @@ class Outcome:
     traces: dict[str, Trace] = attrs.field(factory=dict)
     lemmas: list[tuple[str, str, float]] = attrs.field(factory=list)
     seconds: float = 0.0
+    #: the outcome of the obligation's mutant (None when it has none)
+    mutant: Outcome | None = None
 
 
 @attrs.frozen
@@ -58,6 +69,8 @@ class Obligation:
     run: Callable[[], Outcome] = attrs.field(repr=False)
     #: rough seconds, so that a parallel run starts the long ones first
     cost: float = 1.0
+    #: the deliberate bug in the subject that this obligation must refute (None for findings and mutants)
+    mutant: str | None = None
 
     @property
     def statement(self) -> str:
@@ -72,14 +85,18 @@ class Obligation:
 REGISTRY: dict[str, Obligation] = {}
 
 
-def obligation(name: str, *, domain: str, expect: str = PROVED, kind: str = "obligation", cost: float = 1.0):
-    """Register the decorated function (its docstring is the statement) as an obligation."""
+def obligation(name: str, *, domain: str, expect: str = PROVED, kind: str = "obligation", cost: float = 1.0,
+               mutant: str | None = None):
+    """Register the decorated function (its docstring is the statement) as an obligation. ``mutant`` describes the
+    bug the function builds into its subject when called with ``mutated=True``; required unless the obligation is
+    itself a refutation (a finding or a mutant)."""
     assert kind in KINDS and expect in (PROVED, REFUTED, BOUND), (name, kind, expect)
+    assert (mutant is None) == (kind in ("finding", "mutant")), (name, "a claim needs a mutant of its subject")
 
     def register(function: Callable[[], Outcome]) -> Callable[[], Outcome]:
         if name in REGISTRY:
             raise ValueError(f"obligation {name!r} registered twice")
-        REGISTRY[name] = Obligation(name, kind, domain, expect, function, cost)
+        REGISTRY[name] = Obligation(name, kind, domain, expect, function, cost, mutant)
         return function
 
     return register
@@ -119,14 +136,28 @@ def fresh_z3_context() -> None:
 
 
 def run_one(ob: Obligation) -> Outcome:
+    """Run the obligation and then, if it has one, its mutant (``outcome.mutant``), each in a fresh z3 context."""
+    outcome = _timed(ob.run)
+    if ob.mutant is not None:
+        outcome.mutant = _timed(lambda: ob.run(mutated=True))
+    return outcome
+
+
+def _timed(run: Callable[[], Outcome]) -> Outcome:
     fresh_z3_context()
     start = time.perf_counter()
     try:
-        outcome = ob.run()
+        outcome = run()
     except Exception as error:  # a broken encoding is reported, not fatal to the run
         outcome = Outcome(ERROR, detail=f"{type(error).__name__}: {error}")
     outcome.seconds = time.perf_counter() - start
     return outcome
+
+
+def as_expected(ob: Obligation, outcome: Outcome) -> bool:
+    """The obligation has its expected result and its mutant, if any, is refuted."""
+    return outcome.status == ob.expect and (ob.mutant is None or (outcome.mutant is not None
+                                                                  and outcome.mutant.status == REFUTED))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -255,7 +286,7 @@ def verdict(answer: Answer, method: str, lemmas: list[tuple[str, str, float]] | 
         failed = ", ".join(name for name, status, _ in lemmas if status != PROVED)
         return Outcome(UNKNOWN, method, f"proved from lemmas that were not all proved: {failed}", lemmas=lemmas)
     if answer.status == UNKNOWN:
-        return Outcome(UNKNOWN, method, f"z3: {answer.reason}", lemmas=lemmas)
+        return Outcome(UNKNOWN, method, f"{detail + ': ' if detail else ''}z3: {answer.reason}", lemmas=lemmas)
     if answer.status == REFUTED:
         return Outcome(REFUTED, method, detail or "z3 found a model of the negation", lemmas=lemmas)
     return Outcome(PROVED, method, detail, lemmas=lemmas)

@@ -29,7 +29,7 @@ from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.core import PROVED, REFUTED, UNKNOWN, Outcome, obligation, solver
 
 DONE = 99
-MUTANTS = ("no_second_try", "no_cancel_after_add")
+MUTANTS = ("no_second_try", "no_cancel_after_add", "force_without_cas")
 
 # program counters, with the step each one executes
 T1_STEPS = {0: "lock", 1: "tryComplete#1", 2: "append to k", 3: "estimated+=1", 4: "tryComplete#2", 5: "unlock",
@@ -54,9 +54,10 @@ def initial(s: dict, threads: tuple[int, ...]) -> object:
                   z3.Not(s["cond"]), z3.Not(s["in_timer"]), z3.Not(s["won1"]), z3.Not(s["snap"]))
 
 
-def _cas(s: dict, n: dict, guard) -> object:
-    """compare-and-set completed false -> true under ``guard``; returns whether this thread won."""
-    win = z3.And(guard, z3.Not(s["completed"]))
+def _cas(s: dict, n: dict, guard, atomic: bool = True) -> object:
+    """compare-and-set completed false -> true under ``guard``; returns whether this thread won (``atomic=False``:
+    a plain write, which every caller wins)."""
+    win = z3.And(guard, z3.Not(s["completed"])) if atomic else guard
     n["completed"] = z3.Or(s["completed"], win)
     n["wins"] = s["wins"] + z3.If(win, 1, 0)
     return win
@@ -139,7 +140,7 @@ def t3(s: dict, mutants: frozenset) -> tuple[object, dict]:
     for pc in T3_STEPS:
         n = dict(s)
         if pc == 0:
-            win = _cas(s, n, z3.BoolVal(True))
+            win = _cas(s, n, z3.BoolVal(True), atomic="force_without_cas" not in mutants)
             n["pc3"] = z3.If(win, 1, DONE)
         else:
             _finish(s, n)
@@ -238,31 +239,37 @@ DOMAIN_2 = "1 op, 1 key; T1 watch, T2 set_ready+check; every interleaving"
 DOMAIN_3 = "1 op, 1 key; T1 watch, T2 set_ready+check, T3 forceComplete; every interleaving"
 
 
-@obligation("interleaving.no_lost_wakeup", domain=DOMAIN_2)
-def no_lost_wakeup() -> Outcome:
+@obligation("interleaving.no_lost_wakeup", domain=DOMAIN_2,
+            mutant="tryCompleteElseWatch without its second tryComplete")
+def no_lost_wakeup(mutated: bool = False) -> Outcome:
     """No lost wakeup under concurrency: when T2 makes the condition true and then checks the key, the op ends
     completed in every interleaving with T1's tryCompleteElseWatch — including the one where the condition becomes
     true after T1's first tryComplete and T2's check reads the list before T1 has appended to it. T1's second
     tryComplete, made after the append and under the op lock, sees the condition then; and a check that does see
     the entry waits for the op lock, so it tries after T1's second try. This is Kafka's argument for trying twice
     (KAFKA-1952, and the comment in tryCompleteElseWatch)."""
-    return outcome(*explore((1, 2), frozenset(), final_bad=lost_wakeup), (1, 2), "loses the wakeup")
+    mutants = frozenset({"no_second_try"}) if mutated else frozenset()
+    return outcome(*explore((1, 2), mutants, final_bad=lost_wakeup), (1, 2), "loses the wakeup")
 
 
-@obligation("interleaving.exactly_once", domain=DOMAIN_3)
-def exactly_once() -> Outcome:
+@obligation("interleaving.exactly_once", domain=DOMAIN_3,
+            mutant="forceComplete sets completed with a plain write instead of a compare-and-set")
+def exactly_once(mutated: bool = False) -> Outcome:
     """Exactly once under concurrency: whatever the interleaving of T1's two tries, T2's check and T3's
     forceComplete, the compare-and-set on completed is won at most once and onComplete runs at most once."""
-    return outcome(*explore((1, 2, 3), frozenset(), any_bad=exactly_once_bad), (1, 2, 3), "completes twice")
+    mutants = frozenset({"force_without_cas"}) if mutated else frozenset()
+    return outcome(*explore((1, 2, 3), mutants, any_bad=exactly_once_bad), (1, 2, 3), "completes twice")
 
 
-@obligation("interleaving.timer_clean", domain=DOMAIN_3)
-def timer_clean() -> Outcome:
+@obligation("interleaving.timer_clean", domain=DOMAIN_3,
+            mutant="tryCompleteElseWatch without the cancel after its timer add")
+def timer_clean(mutated: bool = False) -> Outcome:
     """No completed op is left in the timer: when all threads are done, a completed op has no timer entry, so
     numDelayed counts only live ops. The race it guards against: T1 finds the op not completed and goes to add it
     to the timer; meanwhile another thread completes it and cancels its (not yet existing) timer entry; T1 then adds
     it. Kafka's "if completed after the add, cancel" step removes that entry."""
-    return outcome(*explore((1, 2, 3), frozenset(), final_bad=timer_leak), (1, 2, 3), "leaves a completed op in the timer")
+    mutants = frozenset({"no_cancel_after_add"}) if mutated else frozenset()
+    return outcome(*explore((1, 2, 3), mutants, final_bad=timer_leak), (1, 2, 3), "leaves a completed op in the timer")
 
 
 # --- mutants -------------------------------------------------------------------------------------------------------

@@ -18,10 +18,13 @@ operators build:
 ``PY``      concrete Java arithmetic on Python ints, for checking the models z3 returns and for the Kafka
             emulation in `wheel.KafkaWheel`.
 
-The BV and JINT encodings are the same function of the same 64 bits: `backends_agree` (an obligation of its own)
-has z3 prove, for each operator, that converting the BV result to an integer gives the JINT result — at width 64 for
-``+``, ``-`` and the comparisons, and at small widths for ``*``, ``/`` and ``%``, where the JINT definitions are
-written for a symbolic width and so cover 64 by the same text; the tests add a random sample at width 64.
+Why the proofs can be trusted: the JINT operators are proved equal to Java's definitions (`java_definition`, JLS
+§15.17-15.20 written as integer specifications: a sum, difference or product is the representable value congruent
+to the exact one modulo 2^64; a quotient is truncated toward zero with Long.MIN / -1 = Long.MIN; a remainder has the
+dividend's sign, is smaller than the divisor in magnitude and differs from the dividend by a multiple of it), for
+all 64-bit operands, by z3 (obligation java.integer_encoding). The BV encoding is only used to *find* models, and
+every model it returns is re-evaluated in concrete Java arithmetic (`PY`) before it is reported; its agreement with
+JINT is checked on a sample (java.encodings_agree), not proved.
 """
 
 from __future__ import annotations
@@ -37,7 +40,8 @@ INT_MAX = 2**31 - 1
 
 
 class Backend:
-    """How `Long` operators are built. Subclasses fix a theory; ``width`` is 64 except in `backends_agree`."""
+    """How `Long` operators are built. Subclasses fix a theory; ``width`` is 64 except in the 4-bit sample of
+    java.encodings_agree."""
 
     name = "abstract"
 
@@ -186,8 +190,15 @@ class ExactBackend(JIntBackend):
     def wrap(self, x):
         return x
 
+    # Signs are chosen by If, never multiplied in as in JINT: a product of two terms makes z3 treat the whole query
+    # as nonlinear even with a constant divisor (the symbolic wheel's queries, 10-100x slower).
     def div(self, a, b):
-        return z3.If(z3.And(a >= 0, b > 0), a / b, self._sign(a) * self._sign(b) * (self._abs(a) / self._abs(b)))
+        q = self._abs(a) / self._abs(b)
+        return z3.If(z3.And(a >= 0, b > 0), a / b, z3.If((a >= 0) == (b > 0), q, -q))
+
+    def rem(self, a, b):
+        r = self._abs(a) % self._abs(b)
+        return z3.If(z3.And(a >= 0, b > 0), a % b, z3.If(a >= 0, r, -r))
 
 
 class PyBackend(Backend):
@@ -352,3 +363,66 @@ def agreement_query(operator: str, width: int) -> object:
         same = through_bv == through_int
     side = b_bits != 0 if operator in ("/", "%") else z3.BoolVal(True)
     return z3.And(side, z3.Not(same))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Java's definitions, as integer specifications
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def java_definition(operator: str, a, b, r, width: int = WIDTH):
+    """Java's definition of ``r = a <operator> b`` on the integer values of two longs, for b != 0 where it divides:
+    not how to compute it, but what the result must satisfy (each determines r uniquely)."""
+    span, low, high = 2**width, -(2 ** (width - 1)), 2 ** (width - 1) - 1
+    if operator in ("<", "<="):
+        return r == (a < b if operator == "<" else a <= b)
+    representable = z3.And(r >= low, r <= high)
+
+    def congruent(exact):  # JLS 15.18.2, 15.17.1: the low-order bits of the exact result, in two's complement
+        return z3.And(representable, (exact - r) % span == 0)
+
+    def magnitude(x):
+        return z3.If(x >= 0, x, -x)
+
+    if operator in ("+", "-", "*"):
+        return congruent({"+": a + b, "-": a - b, "*": a * b}[operator])
+    if operator == "/":  # JLS 15.17.2: round toward zero; the one overflow, MIN / -1, gives MIN
+        truncated = z3.And(magnitude(b) * magnitude(r) <= magnitude(a), magnitude(a) < magnitude(b) * (magnitude(r) + 1),
+                           z3.Or(r == 0, (r > 0) == ((a > 0) == (b > 0))))
+        return z3.If(z3.And(a == low, b == -1), r == low, z3.And(representable, truncated))
+    # JLS 15.17.3: sign of the dividend, smaller than the divisor, a - r a multiple of b
+    return z3.And(magnitude(r) < magnitude(b), z3.Or(r == 0, (r > 0) == (a > 0)), (a - r) % magnitude(b) == 0)
+
+
+def multiple_lemma(x, m):
+    """For x >= 0 and m >= 1, x - x % m and its negation are multiples of m (z3's integer %, the floor modulo)."""
+    return z3.Implies(z3.And(x >= 0, m >= 1), z3.And((x - x % m) % m == 0, (x % m - x) % m == 0))
+
+
+def definition_query(backend: Backend, operator: str):
+    """(hypotheses, goal): for all longs a, b (b != 0 for / and %), ``backend``'s result meets Java's definition.
+    The remainder's query gets `multiple_lemma` instantiated at |a| and |b| (the lemma is proved on its own)."""
+    (a, b), ranges = backend.longs(f"{operator}.a {operator}.b")
+    result = OPERATORS[operator](a, b)
+    raw = result.raw if isinstance(result, Long) else result
+    hypotheses = [ranges]
+    if operator in ("/", "%"):
+        hypotheses.append(b.ne(0))
+    if operator == "%":
+        hypotheses.append(multiple_lemma(z3.If(a.raw >= 0, a.raw, -a.raw), z3.If(b.raw >= 0, b.raw, -b.raw)))
+    return hypotheses, java_definition(operator, a.raw, b.raw, raw, backend.width)
+
+
+class FloorRemainderBackend(JIntBackend):
+    """MUTANT of JINT: the remainder takes the divisor's sign (a floor modulo, what z3py's % means on bit-vectors)
+    instead of the dividend's."""
+
+    def rem(self, a, b):
+        return z3.If(b > 0, a % b, -((-a) % (-b)))
+
+
+class SignedModuloBVBackend(BVBackend):
+    """MUTANT of BV: z3py's % on bit-vectors (bvsmod, the divisor's sign) for Java's remainder."""
+
+    def rem(self, a, b):
+        return a % b

@@ -25,8 +25,11 @@ Bounds and abstractions, stated once:
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import random
+import signal
+import threading
 import time
 from collections import Counter
 from typing import Iterable
@@ -37,11 +40,39 @@ import z3
 from kpurgatory.conformance.traces.codec import Header, Trace, model_trace
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
-from kpurgatory.specs.core import BOUND, PROVED, REFUTED, UNKNOWN, Outcome, obligation, solver
+from kpurgatory.specs.core import BOUND, NOT_INDUCTIVE, PROVED, REFUTED, UNKNOWN, Outcome, obligation, solver
 
 OPS, KEYS = 3, 2
-OP_NAMES = ("a", "b", "c")
-KEY_NAMES = ("k0", "k1")
+
+
+@attrs.define
+class Shape:
+    """How many operations and keys the symbolic purgatory has; `bounded` changes it for one obligation."""
+
+    ops: int = OPS
+    keys: int = KEYS
+
+    @property
+    def op_names(self) -> tuple[str, ...]:
+        return tuple("abcdefghij"[:self.ops])
+
+    @property
+    def key_names(self) -> tuple[str, ...]:
+        return tuple(f"k{k}" for k in range(self.keys))
+
+
+SHAPE = Shape()
+
+
+@contextlib.contextmanager
+def bounded(ops: int, keys: int):
+    """Run the block over ``ops`` operations and ``keys`` keys (then back to the default)."""
+    saved = attrs.evolve(SHAPE)
+    SHAPE.ops, SHAPE.keys = ops, keys
+    try:
+        yield
+    finally:
+        SHAPE.ops, SHAPE.keys = saved.ops, saved.keys
 MAX_MULT, MAX_READY_ON, MAX_PURGE_INTERVAL = 2, 3, 2
 
 # command kinds
@@ -53,8 +84,23 @@ NO_CANCEL_KINDS = (WATCH, SET_READY, CHECK, FORCE, TRY, ADVANCE)
 NONE, VIA_TRY, VIA_CHECK, VIA_EXPIRE, VIA_FORCE = range(5)
 VIA_NAMES = {VIA_TRY: "try", VIA_CHECK: "check", VIA_EXPIRE: "expire", VIA_FORCE: "force"}
 
-#: spec mutants of the purgatory
-MUTANTS = ("purge_ge", "no_second_try")
+#: not a bug but an abstraction, passed like a mutant: the purge check's outcome is left free (see
+#: purgatory.any_number_of_ops)
+OTHERS_ABSTRACTED = "others_abstracted"
+#: spec mutants of the purgatory: one bug each, named by what it breaks
+MUTANTS = {
+    "purge_ge": "the purge test uses >= instead of >",
+    "no_second_try": "tryCompleteElseWatch without its second tryComplete",
+    "force_without_cas": "forceComplete completes an op that is already completed (no compare-and-set)",
+    "expire_early": "the reaper expires ops one ms before their deadline",
+    "expire_late": "the reaper expires only ops whose deadline is strictly before the advance's time",
+    "check_drops_live": "checkAndComplete drops the entries of ops it did not complete",
+    "check_keeps_completed": "checkAndComplete keeps the entries of ops that were already completed",
+    "keeps_emptied_list": "checkAndComplete leaves an emptied watch list in the map",
+    "purge_keeps_completed": "the purge resets the estimate but removes no entry",
+    "cancel_keeps_counter": "cancel removes the timer entry without decrementing the task counter",
+    "expire_without_complete": "the reaper takes a due op out of the timer without completing it",
+}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -121,20 +167,21 @@ def Eq(a, b):
 # State, commands, observations
 # ---------------------------------------------------------------------------------------------------------------
 
-BOOL_OP = ("created", "ready", "completed", "in_timer", "dropped", "uncounted")
+BOOL_OP = ("created", "ready", "completed", "in_timer", "dropped", "uncounted", "tried")
 INT_OP = ("tc", "exp", "delay", "ro", "via", "completions")
 GLOBAL = ("now", "est", "P", "nd_ctr", "w_ctr")
 
 
 def state_keys() -> list[tuple]:
     keys: list[tuple] = [(name,) for name in GLOBAL]
-    keys += [(name, o) for name in BOOL_OP + INT_OP for o in range(OPS)]
-    keys += [(name, k, o) for name in ("cnt", "watched_on") for k in range(KEYS) for o in range(OPS)]
+    keys += [(name, o) for name in BOOL_OP + INT_OP for o in range(SHAPE.ops)]
+    keys += [(name, k, o) for name in ("cnt", "watched_on") for k in range(SHAPE.keys) for o in range(SHAPE.ops)]
+    keys += [("present", k) for k in range(SHAPE.keys)]
     return keys
 
 
 def is_bool_key(key: tuple) -> bool:
-    return key[0] in BOOL_OP or key[0] == "watched_on"
+    return key[0] in BOOL_OP or key[0] in ("watched_on", "present")
 
 
 def initial_state(purge_interval) -> dict:
@@ -162,12 +209,14 @@ class Cmd:
     delay: object = 1
     ready_on: object = 0
     to: object = 0
+    #: with the other operations abstracted away: whether this advance's purge check fires (their business)
+    purge: object = False
 
 
 def symbolic_cmd(tag: str) -> Cmd:
     return Cmd(z3.Int(f"kind@{tag}"), z3.Int(f"op@{tag}"), z3.Int(f"key@{tag}"),
-               tuple(z3.Int(f"mult{k}@{tag}") for k in range(KEYS)), z3.Int(f"delay@{tag}"),
-               z3.Int(f"ready_on@{tag}"), z3.Int(f"to@{tag}"))
+               tuple(z3.Int(f"mult{k}@{tag}") for k in range(SHAPE.keys)), z3.Int(f"delay@{tag}"),
+               z3.Int(f"ready_on@{tag}"), z3.Int(f"to@{tag}"), z3.Bool(f"purge@{tag}"))
 
 
 @attrs.frozen
@@ -184,7 +233,7 @@ class Obs:
 
 
 def no_obs(result=0) -> Obs:
-    return Obs(result, (NONE,) * OPS, (False,) * OPS, False, 0, (0,) * OPS)
+    return Obs(result, (NONE,) * SHAPE.ops, (False,) * SHAPE.ops, False, 0, (0,) * SHAPE.ops)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -209,7 +258,7 @@ def complete(n: dict, o: int, when, via: int) -> None:
 
 
 def listed(s: dict, o: int):
-    return Sum(s[("cnt", k, o)] for k in range(KEYS)) > 0
+    return Sum(s[("cnt", k, o)] for k in range(SHAPE.keys)) > 0
 
 
 def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
@@ -217,7 +266,7 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
     (unless mutant no_second_try); else if still not completed, add to the timer at now + delay."""
     n = dict(s)
     result, via = False, []
-    for o in range(OPS):
+    for o in range(SHAPE.ops):
         sel = Eq(c.op, o)
         created = s[("created", o)]
         n[("created", o)] = Or(created, sel)
@@ -228,17 +277,20 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
         win1 = And(sel, condition(n, o, tries1), Not(done_before))
         phase = And(sel, Not(win1))
         append = And(phase, Not(done_before))
-        for k in range(KEYS):
+        for k in range(SHAPE.keys):
             n[("cnt", k, o)] = s[("cnt", k, o)] + If(append, c.mult[k], 0)
             n[("watched_on", k, o)] = Or(s[("watched_on", k, o)], And(append, c.mult[k] > 0))
+            n[("present", k)] = Or(n[("present", k)], And(append, c.mult[k] > 0))
         n[("w_ctr",)] = n[("w_ctr",)] + If(append, Sum(c.mult), 0)
         n[("est",)] = n[("est",)] + I(phase)
         if "no_second_try" in mutants:
             win2, tries = False, tries1
+            n[("tried", o)] = And(s[("tried", o)], Not(append))
         else:
             tries2 = tries1 + 1
             win2 = And(phase, condition(n, o, tries2), Not(done_before))
             tries = If(phase, tries2, tries1)
+            n[("tried", o)] = Or(s[("tried", o)], phase)
         n[("tc", o)] = If(sel, tries, s[("tc", o)])
         won = Or(win1, win2)
         complete(n, o, won, VIA_TRY)
@@ -250,12 +302,12 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
         n[("uncounted", o)] = And(s[("uncounted", o)], Not(add))
         result = Or(result, won)
         via.append(If(won, VIA_TRY, NONE))
-    return n, Obs(I(result), tuple(via), (False,) * OPS, False, 0, (0,) * OPS)
+    return n, Obs(I(result), tuple(via), (False,) * SHAPE.ops, False, 0, (0,) * SHAPE.ops)
 
 
 def t_set_ready(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     n = dict(s)
-    for o in range(OPS):
+    for o in range(SHAPE.ops):
         n[("ready", o)] = Or(s[("ready", o)], Eq(c.op, o))
     return n, no_obs()
 
@@ -265,73 +317,84 @@ def t_check(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     is tried once per entry until one try completes it (that entry and the later ones go, the earlier ones stay)."""
     n = dict(s)
     result, via = 0, []
-    for o in range(OPS):
-        m = Sum(If(Eq(c.key, k), s[("cnt", k, o)], 0) for k in range(KEYS))
+    for o in range(SHAPE.ops):
+        m = Sum(If(Eq(c.key, k), s[("cnt", k, o)], 0) for k in range(SHAPE.keys))
         done_before = s[("completed", o)]
         tc, ro = s[("tc", o)], s[("ro", o)]
         first_ready = If(s[("ready", o)], 1, If(Not(Eq(ro, 0)), Max(1, ro - tc), m + 1))
         active = And(m > 0, Not(done_before))
         wins = And(active, first_ready <= m)
         n[("tc", o)] = tc + If(active, If(wins, first_ready, m), 0)
+        n[("tried", o)] = Or(s[("tried", o)], active)
         left = If(And(m > 0, done_before), 0, If(wins, first_ready - 1, m))
-        for k in range(KEYS):
+        if "check_drops_live" in mutants:
+            left = If(wins, first_ready - 1, 0)
+        if "check_keeps_completed" in mutants:
+            left = If(done_before, m, left)
+        for k in range(SHAPE.keys):
             n[("cnt", k, o)] = If(Eq(c.key, k), left, s[("cnt", k, o)])
         n[("w_ctr",)] = n[("w_ctr",)] - (m - left)
         complete(n, o, wins, VIA_CHECK)
         result = result + I(wins)
         via.append(If(wins, VIA_CHECK, NONE))
-    return n, Obs(result, tuple(via), (False,) * OPS, False, 0, (0,) * OPS)
+    if "keeps_emptied_list" not in mutants:
+        for k in range(SHAPE.keys):  # an emptied list leaves the map
+            n[("present", k)] = And(s[("present", k)], Or(Not(Eq(c.key, k)), entries_on(n, k) > 0))
+    return n, Obs(result, tuple(via), (False,) * SHAPE.ops, False, 0, (0,) * SHAPE.ops)
 
 
 def t_cancel_key(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     """cancelForKey(key): remove the key's list; cancel the timer entry of every op on it (completing nothing)."""
     n = dict(s)
     removed = []
-    for o in range(OPS):
-        m = Sum(If(Eq(c.key, k), s[("cnt", k, o)], 0) for k in range(KEYS))
+    for o in range(SHAPE.ops):
+        m = Sum(If(Eq(c.key, k), s[("cnt", k, o)], 0) for k in range(SHAPE.keys))
         was = And(m > 0, s[("in_timer", o)])
         n[("in_timer", o)] = And(s[("in_timer", o)], Not(was))
         n[("nd_ctr",)] = n[("nd_ctr",)] - I(was)
         n[("dropped", o)] = Or(s[("dropped", o)], And(was, Not(s[("completed", o)])))
-        for k in range(KEYS):
+        for k in range(SHAPE.keys):
             n[("cnt", k, o)] = If(Eq(c.key, k), 0, s[("cnt", k, o)])
             n[("watched_on", k, o)] = And(s[("watched_on", k, o)], Not(Eq(c.key, k)))
         n[("w_ctr",)] = n[("w_ctr",)] - m
         removed.append(m)
-    return n, Obs(Sum(removed), (NONE,) * OPS, (False,) * OPS, False, 0, tuple(removed))
+    for k in range(SHAPE.keys):
+        n[("present", k)] = And(s[("present", k)], Not(Eq(c.key, k)))
+    return n, Obs(Sum(removed), (NONE,) * SHAPE.ops, (False,) * SHAPE.ops, False, 0, tuple(removed))
 
 
 def t_force(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     n = dict(s)
     result, via = False, []
-    for o in range(OPS):
-        win = And(Eq(c.op, o), Not(s[("completed", o)]))
+    for o in range(SHAPE.ops):
+        win = Eq(c.op, o) if "force_without_cas" in mutants else And(Eq(c.op, o), Not(s[("completed", o)]))
         complete(n, o, win, VIA_FORCE)
         result = Or(result, win)
         via.append(If(win, VIA_FORCE, NONE))
-    return n, Obs(I(result), tuple(via), (False,) * OPS, False, 0, (0,) * OPS)
+    return n, Obs(I(result), tuple(via), (False,) * SHAPE.ops, False, 0, (0,) * SHAPE.ops)
 
 
 def t_try(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     n = dict(s)
     result, via = False, []
-    for o in range(OPS):
+    for o in range(SHAPE.ops):
         sel = Eq(c.op, o)
         tries = s[("tc", o)] + 1
         n[("tc", o)] = If(sel, tries, s[("tc", o)])
+        n[("tried", o)] = Or(s[("tried", o)], sel)
         win = And(sel, condition(s, o, tries), Not(s[("completed", o)]))
         complete(n, o, win, VIA_TRY)
         result = Or(result, win)
         via.append(If(win, VIA_TRY, NONE))
-    return n, Obs(I(result), tuple(via), (False,) * OPS, False, 0, (0,) * OPS)
+    return n, Obs(I(result), tuple(via), (False,) * SHAPE.ops, False, 0, (0,) * SHAPE.ops)
 
 
 def t_cancel(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     n = dict(s)
-    for o in range(OPS):
+    for o in range(SHAPE.ops):
         was = And(Eq(c.op, o), s[("in_timer", o)])
         n[("in_timer", o)] = And(s[("in_timer", o)], Not(was))
-        n[("nd_ctr",)] = n[("nd_ctr",)] - I(was)
+        n[("nd_ctr",)] = n[("nd_ctr",)] - (0 if "cancel_keeps_counter" in mutants else I(was))
         n[("dropped", o)] = Or(s[("dropped", o)], And(was, Not(s[("completed", o)])))
     return n, no_obs()
 
@@ -346,25 +409,34 @@ def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     check: if estimated - numDelayed > purgeInterval, reset the estimate and drop completed entries everywhere."""
     n = dict(s)
     via, expired = [], []
-    for o in range(OPS):
-        fire = And(s[("in_timer", o)], s[("exp", o)] <= c.to, Not(s[("completed", o)]))
+    deadline_reached = {"expire_early": lambda exp: exp <= c.to + 1,
+                        "expire_late": lambda exp: exp < c.to}
+    reached = next((deadline_reached[m] for m in mutants if m in deadline_reached), lambda exp: exp <= c.to)
+    for o in range(SHAPE.ops):
+        fire = And(s[("in_timer", o)], reached(s[("exp", o)]), Not(s[("completed", o)]))
+        if "expire_without_complete" in mutants:
+            n[("in_timer", o)] = And(n[("in_timer", o)], Not(fire))
+            n[("nd_ctr",)] = n[("nd_ctr",)] - I(fire)
+            fire = False
         complete(n, o, fire, VIA_EXPIRE)
         via.append(If(fire, VIA_EXPIRE, NONE))
         expired.append(fire)
     n[("now",)] = c.to
-    delayed = Sum(I(n[("in_timer", o)]) for o in range(OPS))
-    fires = purge_due(n[("est",)], delayed, s[("P",)], mutants)
+    delayed = Sum(I(n[("in_timer", o)]) for o in range(SHAPE.ops))
+    fires = c.purge if OTHERS_ABSTRACTED in mutants else purge_due(n[("est",)], delayed, s[("P",)], mutants)
     n[("est",)] = If(fires, delayed, n[("est",)])
     purged = 0
-    for o in range(OPS):
-        for k in range(KEYS):
-            gone = If(And(fires, n[("completed", o)]), n[("cnt", k, o)], 0)
+    for o in range(SHAPE.ops):
+        for k in range(SHAPE.keys):
+            gone = If(And(fires, n[("completed", o)], "purge_keeps_completed" not in mutants), n[("cnt", k, o)], 0)
             n[("cnt", k, o)] = n[("cnt", k, o)] - gone
             purged = purged + gone
         n[("uncounted", o)] = If(fires, And(listed(n, o), Not(n[("completed", o)]), Not(n[("in_timer", o)])),
                                  s[("uncounted", o)])
     n[("w_ctr",)] = n[("w_ctr",)] - purged
-    return n, Obs(0, tuple(via), tuple(expired), fires, purged, (0,) * OPS)
+    for k in range(SHAPE.keys):  # an emptied list leaves the map
+        n[("present", k)] = And(n[("present", k)], Or(Not(fires), entries_on(n, k) > 0))
+    return n, Obs(0, tuple(via), tuple(expired), fires, purged, (0,) * SHAPE.ops)
 
 
 TRANSITIONS = (t_watch, t_set_ready, t_check, t_cancel_key, t_force, t_try, t_cancel, t_advance)
@@ -394,8 +466,8 @@ def cmd_domain(s: dict, c: Cmd, kinds: Iterable[int], max_delay: int | None = No
     """Commands that are well formed in state s: a known kind, op and key; a watch has at least one key and
     creates an op with delay >= 1 and ready_on in 0..3; other op commands name an op that exists; time moves
     forward."""
-    created = Or(*[And(Eq(c.op, o), s[("created", o)]) for o in range(OPS)])
-    parts = [Or(*[c.kind == kind for kind in kinds]), c.op >= 0, c.op < OPS, c.key >= 0, c.key < KEYS,
+    created = Or(*[And(Eq(c.op, o), s[("created", o)]) for o in range(SHAPE.ops)])
+    parts = [Or(*[c.kind == kind for kind in kinds]), c.op >= 0, c.op < SHAPE.ops, c.key >= 0, c.key < SHAPE.keys,
              *[And(m >= 0, m <= MAX_MULT) for m in c.mult], Sum(c.mult) >= 1, c.delay >= 1,
              c.ready_on >= 0, c.ready_on <= MAX_READY_ON, c.to >= s[("now",)],
              Implies(Or(*[c.kind == kind for kind in (SET_READY, FORCE, TRY, CANCEL)]), created)]
@@ -409,52 +481,71 @@ def cmd_domain(s: dict, c: Cmd, kinds: Iterable[int], max_delay: int | None = No
 # ---------------------------------------------------------------------------------------------------------------
 
 
+def entries_on(s: dict, k: int):
+    return Sum(s[("cnt", k, o)] for o in range(SHAPE.ops))
+
+
 def stale_ops(s: dict):
     """Operations completed but still on some watch list."""
-    return Sum(I(And(s[("completed", o)], listed(s, o))) for o in range(OPS))
+    return Sum(I(And(s[("completed", o)], listed(s, o))) for o in range(SHAPE.ops))
 
 
 def delayed(s: dict):
-    return Sum(I(s[("in_timer", o)]) for o in range(OPS))
+    return Sum(I(s[("in_timer", o)]) for o in range(SHAPE.ops))
 
 
 def entries(s: dict):
-    return Sum(s[("cnt", k, o)] for k in range(KEYS) for o in range(OPS))
+    return Sum(s[("cnt", k, o)] for k in range(SHAPE.keys) for o in range(SHAPE.ops))
+
+
+PROPERTY_NAMES = ("exactly_once", "justified", "no_lost_wakeup", "counters", "no_forgotten_op",
+                  "tried_after_listing", "cleanup_map")
+STEP_PROPERTY_NAMES = ("no_lost_wakeup", "cleanup_check", "cleanup_purge", "liveness")
 
 
 def properties(s: dict) -> dict[str, object]:
     """The state properties, by the name of the obligation that states them."""
-    per_op = {name: [] for name in ("exactly_once", "justified", "no_lost_wakeup", "counters", "no_forgotten_op")}
-    for o in range(OPS):
+    per_op = {name: [] for name in PROPERTY_NAMES}
+    for o in range(SHAPE.ops):
         completed, via = s[("completed", o)], s[("via", o)]
         per_op["exactly_once"].append(And(Eq(s[("completions", o)], I(completed)), Eq(Not(Eq(via, NONE)), completed)))
         per_op["justified"].append(And(
             Implies(Or(Eq(via, VIA_TRY), Eq(via, VIA_CHECK)), condition(s, o, s[("tc", o)])),
             Implies(Eq(via, VIA_EXPIRE), s[("exp", o)] <= s[("now",)])))
-        for k in range(KEYS):
+        for k in range(SHAPE.keys):
             per_op["no_lost_wakeup"].append(Implies(And(s[("watched_on", k, o)], Not(completed)),
                                                     s[("cnt", k, o)] >= 1))
         per_op["counters"].append(Implies(completed, Not(s[("in_timer", o)])))
         per_op["no_forgotten_op"].append(Implies(And(s[("created", o)], Not(completed), Not(s[("dropped", o)])),
                                                  And(s[("in_timer", o)], s[("exp", o)] > s[("now",)])))
+        per_op["tried_after_listing"].append(Implies(And(listed(s, o), Not(completed)), s[("tried", o)]))
+    per_op["cleanup_map"] += [Eq(s[("present", k)], entries_on(s, k) > 0) for k in range(SHAPE.keys)]
     per_op["counters"] += [Eq(s[("nd_ctr",)], delayed(s)), Eq(s[("w_ctr",)], entries(s)), s[("est",)] >= delayed(s)]
     return {name: And(*parts) for name, parts in per_op.items()}
 
 
 def step_properties(s: dict, c: Cmd, n: dict, obs: Obs) -> dict[str, object]:
     """Properties of one transition (s --c--> n)."""
-    wake = []
-    for o in range(OPS):
-        for k in range(KEYS):
-            wake.append(Implies(And(c.kind == CHECK, Eq(c.key, k), s[("ready", o)], s[("watched_on", k, o)],
-                                    Not(s[("completed", o)])), n[("completed", o)]))
-    return {"no_lost_wakeup": And(*wake)}
+    wake, check, purge, live = [], [], [], []
+    for o in range(SHAPE.ops):
+        for k in range(SHAPE.keys):
+            checked = And(c.kind == CHECK, Eq(c.key, k))
+            wake.append(Implies(And(checked, s[("ready", o)], s[("watched_on", k, o)], Not(s[("completed", o)])),
+                                n[("completed", o)]))
+            check.append(And(Implies(And(checked, s[("completed", o)]), Eq(n[("cnt", k, o)], 0)),
+                             Implies(And(checked, n[("completed", o)], Not(s[("completed", o)])),
+                                     n[("cnt", k, o)] < s[("cnt", k, o)])))
+            purge.append(Implies(And(c.kind == ADVANCE, obs.purged, n[("completed", o)]), Eq(n[("cnt", k, o)], 0)))
+        live.append(Implies(And(c.kind == ADVANCE, s[("created", o)], Not(n[("dropped", o)]), s[("exp", o)] <= c.to),
+                            n[("completed", o)]))
+    return {"no_lost_wakeup": And(*wake), "cleanup_check": And(*check), "cleanup_purge": And(*purge),
+            "liveness": And(*live)}
 
 
 def auxiliary(s: dict) -> object:
     """Facts that make the properties inductive: ranges, and what a never-watched op looks like."""
     parts = [s[("now",)] >= 0, s[("est",)] >= 0, s[("P",)] >= 0]
-    for o in range(OPS):
+    for o in range(SHAPE.ops):
         created = s[("created", o)]
         parts += [s[("tc", o)] >= 0, s[("ro", o)] >= 0, s[("ro", o)] <= MAX_READY_ON,
                   s[("via", o)] >= NONE, s[("via", o)] <= VIA_FORCE,
@@ -462,7 +553,7 @@ def auxiliary(s: dict) -> object:
                   Implies(s[("in_timer", o)], And(created, s[("exp", o)] > s[("now",)])),
                   Implies(Not(created), And(Not(s[("completed", o)]), Not(s[("ready", o)]), Eq(s[("tc", o)], 0),
                                             Not(s[("dropped", o)]), Not(s[("uncounted", o)])))]
-        for k in range(KEYS):
+        for k in range(SHAPE.keys):
             parts += [s[("cnt", k, o)] >= 0, Implies(Not(created), And(Eq(s[("cnt", k, o)], 0),
                                                                         Not(s[("watched_on", k, o)])))]
     return And(*parts)
@@ -537,7 +628,9 @@ def inductive(inv, *, mutants=frozenset(), kinds=ALL_KINDS, goal=None, step_goal
               timeout_ms: int = 120_000) -> tuple[str, str]:
     """Is ``inv`` an inductive invariant (initiation: the initial state satisfies it, for every purge interval;
     consecution: inv(s) and a well-formed command give inv(s')), and does it imply ``goal`` / the one-step
-    ``step_goal``? Returns (PROVED | REFUTED | UNKNOWN, which part failed)."""
+    ``step_goal``? Returns (PROVED | REFUTED | NOT_INDUCTIVE | UNKNOWN, which part failed): REFUTED when the initial
+    state violates ``inv``, NOT_INDUCTIVE when a state satisfying it steps out of it (or violates a goal) — which says
+    the invariant is too weak or a reachable violation exists deeper than any BMC ran, not that one was found."""
     s0 = initial_state(z3.Int("P0"))
     init = solver(timeout_ms)
     init.add(s0[("P",)] >= 0, Not(inv(s0)))
@@ -556,7 +649,7 @@ def inductive(inv, *, mutants=frozenset(), kinds=ALL_KINDS, goal=None, step_goal
         sol.add(inv(s), cmd_domain(s, c, kinds), Not(target))
         r = sol.check()
         if r != z3.unsat:
-            return (REFUTED if r == z3.sat else UNKNOWN), part
+            return (NOT_INDUCTIVE if r == z3.sat else UNKNOWN), part
     return PROVED, ""
 
 
@@ -571,9 +664,9 @@ def to_vocabulary(run_commands: Iterable[Cmd]) -> list[v.Command]:
     out: list[v.Command] = []
     created: set[int] = set()
     for c in run_commands:
-        op = OP_NAMES[c.op]
+        op = SHAPE.op_names[c.op]
         if c.kind == WATCH:
-            keys = [KEY_NAMES[k] for k in range(KEYS) for _ in range(c.mult[k])]
+            keys = [SHAPE.key_names[k] for k in range(SHAPE.keys) for _ in range(c.mult[k])]
             if c.op in created:
                 out.append(v.Watch(op, keys))
             else:
@@ -582,9 +675,9 @@ def to_vocabulary(run_commands: Iterable[Cmd]) -> list[v.Command]:
         elif c.kind == SET_READY:
             out.append(v.SetReady(op))
         elif c.kind == CHECK:
-            out.append(v.Check(KEY_NAMES[c.key]))
+            out.append(v.Check(SHAPE.key_names[c.key]))
         elif c.kind == CANCEL_KEY:
-            out.append(v.CancelKey(KEY_NAMES[c.key]))
+            out.append(v.CancelKey(SHAPE.key_names[c.key]))
         elif c.kind == FORCE:
             out.append(v.Force(op))
         elif c.kind == TRY:
@@ -601,13 +694,13 @@ def from_vocabulary(commands: Iterable[v.Command]) -> list[Cmd | str]:
     out: list[Cmd | str] = []
     for command in commands:
         if isinstance(command, v.Watch):
-            mult = tuple(sum(1 for key in command.keys if key == name) for name in KEY_NAMES)
-            out.append(Cmd(WATCH, OP_NAMES.index(command.op), 0, mult, command.delay_ms or 1, command.ready_on or 0))
+            mult = tuple(sum(1 for key in command.keys if key == name) for name in SHAPE.key_names)
+            out.append(Cmd(WATCH, SHAPE.op_names.index(command.op), 0, mult, command.delay_ms or 1, command.ready_on or 0))
         elif isinstance(command, (v.SetReady, v.Force, v.Try, v.Cancel)):
             kind = {v.SetReady: SET_READY, v.Force: FORCE, v.Try: TRY, v.Cancel: CANCEL}[type(command)]
-            out.append(Cmd(kind, OP_NAMES.index(command.op)))
+            out.append(Cmd(kind, SHAPE.op_names.index(command.op)))
         elif isinstance(command, (v.Check, v.CancelKey)):
-            out.append(Cmd(CHECK if isinstance(command, v.Check) else CANCEL_KEY, 0, KEY_NAMES.index(command.key)))
+            out.append(Cmd(CHECK if isinstance(command, v.Check) else CANCEL_KEY, 0, SHAPE.key_names.index(command.key)))
         elif isinstance(command, v.Advance):
             out.append(Cmd(ADVANCE, to=command.to_ms))
         elif isinstance(command, (v.Watched, v.Delayed)):
@@ -622,11 +715,11 @@ def expected_observation(command: v.Command, s: dict, obs: Obs | None) -> tuple:
     if obs is None:  # watched / delayed
         return (entries(s) if command.name == "watched" else delayed(s)), ()
     events = []
-    for o in range(OPS):
+    for o in range(SHAPE.ops):
         if obs.via[o] != NONE:
-            events.append(("complete", OP_NAMES[o], VIA_NAMES[obs.via[o]]))
+            events.append(("complete", SHAPE.op_names[o], VIA_NAMES[obs.via[o]]))
         if obs.expired[o]:
-            events.append(("expire", OP_NAMES[o]))
+            events.append(("expire", SHAPE.op_names[o]))
     if obs.purged:
         events.append(("purge", obs.purge_count))
     if isinstance(command, v.Watch) or isinstance(command, (v.Force, v.Try)):
@@ -634,7 +727,7 @@ def expected_observation(command: v.Command, s: dict, obs: Obs | None) -> tuple:
     elif isinstance(command, v.Check):
         result = obs.result
     elif isinstance(command, v.CancelKey):
-        result = tuple(sorted(Counter({OP_NAMES[o]: obs.removed[o] for o in range(OPS)}).elements()))
+        result = tuple(sorted(Counter({SHAPE.op_names[o]: obs.removed[o] for o in range(SHAPE.ops)}).elements()))
     else:
         result = None
     return result, tuple(sorted(events, key=repr))
@@ -659,7 +752,8 @@ def model_state(model: Model) -> dict:
     """The model's state in the symbolic state's terms (the non-ghost part)."""
     purgatory = model.purgatory
     s = {("now",): model.now_ms, ("est",): purgatory.estimated_total_operations}
-    for o, name in enumerate(OP_NAMES):
+    s.update({("present", k): key in purgatory.watchers for k, key in enumerate(SHAPE.key_names)})
+    for o, name in enumerate(SHAPE.op_names):
         op = model.ops.get(name)
         s[("created", o)] = op is not None
         if op is None:
@@ -669,7 +763,7 @@ def model_state(model: Model) -> dict:
         s[("in_timer", o)] = in_timer
         if in_timer:
             s[("exp", o)] = op.entry.expiration_ms
-        for k, key in enumerate(KEY_NAMES):
+        for k, key in enumerate(SHAPE.key_names):
             s[("cnt", k, o)] = sum(1 for listed_op in purgatory.watchers.get(key, []) if listed_op is op)
     return s
 
@@ -694,7 +788,11 @@ def crosscheck(commands: list[v.Command], params: v.Params, *, through_z3: bool 
         s = {key: (z3.BoolVal(x) if isinstance(x, bool) else z3.IntVal(x)) for key, x in s.items()}
     problems: list[str] = []
     for seq, (command, cmd) in enumerate(zip(commands, from_vocabulary(commands)), start=1):
-        observation = model.step(command)
+        try:
+            with time_limit(STEP_LIMIT_S):
+                observation = model.step(command)
+        except TimeoutError:
+            return problems + [f"step {seq} {command}: the model did not answer within {STEP_LIMIT_S} s (hang)"]
         if isinstance(cmd, str):
             concrete = s if not through_z3 else _concretise(s)
             mine = expected_observation(command, concrete, None)
@@ -715,6 +813,30 @@ def crosscheck(commands: list[v.Command], params: v.Params, *, through_z3: bool 
         if problems:
             break
     return problems
+
+
+#: a model step that takes longer is a hang (a step of the bounded cross-check takes well under a millisecond)
+STEP_LIMIT_S = 5
+
+
+@contextlib.contextmanager
+def time_limit(seconds: float):
+    """Raise TimeoutError in the block after ``seconds`` (SIGALRM; no limit where there is none, or off the main
+    thread)."""
+    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 def _as_z3(x):
@@ -749,7 +871,7 @@ def random_commands(rng: random.Random, length: int, *, kinds=ALL_KINDS) -> list
     for _ in range(length):
         choice = rng.random()
         if choice < 0.3 or not created:
-            op = rng.choice(OP_NAMES)
+            op = rng.choice(SHAPE.op_names)
             keys = rng.choice([["k0"], ["k1"], ["k0", "k1"], ["k1", "k0"], ["k0", "k0"], ["k1", "k0", "k1"]])
             if op in created:
                 out.append(v.Watch(op, keys))
@@ -765,9 +887,9 @@ def random_commands(rng: random.Random, length: int, *, kinds=ALL_KINDS) -> list
         if kind == "set_ready":
             out.append(v.SetReady(op))
         elif kind == "check":
-            out.append(v.Check(rng.choice(KEY_NAMES)))
+            out.append(v.Check(rng.choice(SHAPE.key_names)))
         elif kind == "cancel_key":
-            out.append(v.CancelKey(rng.choice(KEY_NAMES)))
+            out.append(v.CancelKey(rng.choice(SHAPE.key_names)))
         elif kind == "force":
             out.append(v.Force(op))
         elif kind == "try":
@@ -805,99 +927,233 @@ def describe_run(run: Run) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 BMC_DEPTH = 10
-DOMAIN = (f"{OPS} ops, {KEYS} keys, all 8 commands, purge interval 0..{MAX_PURGE_INTERVAL}, tick 1; "
-          f"BMC to {BMC_DEPTH} commands (delays <= 4) + inductive invariant (unbounded depth, any delay/interval)")
+DOMAIN = (f"{OPS} ops, {KEYS} keys, all 8 commands, any purge interval, tick 1, any delays; inductive invariant "
+          f"(unbounded depth); if it fails, BMC to {BMC_DEPTH} commands (delays <= 4, purge interval 0..2) for a run")
+
+
+def invariant_is_inductive(mutants: frozenset = frozenset()) -> tuple[str, str, float]:
+    """Whether the shared invariant is inductive (with every step property as a goal), for the current shape."""
+    return _invariant_is_inductive(mutants, SHAPE.ops, SHAPE.keys)
 
 
 @functools.cache
-def invariant_is_inductive() -> tuple[str, str, float]:
+def _invariant_is_inductive(mutants: frozenset, ops: int, keys: int) -> tuple[str, str, float]:
     start = time.perf_counter()
-    status, part = inductive(invariant, step_goal=lambda s, c, n, o: And(*step_properties(s, c, n, o).values()))
+    status, part = inductive(invariant, mutants=mutants,
+                             step_goal=lambda s, c, n, o: And(*step_properties(s, c, n, o).values()))
     return status, part, time.perf_counter() - start
 
 
-def bmc_and_induction(name: str) -> Outcome:
-    start = time.perf_counter()
-    status, run, depth = bmc(lambda s: Not(properties(s)[name]), BMC_DEPTH,
-                             step_bad=(lambda s, c, n, o: Not(step_properties(s, c, n, o)[name]))
-                             if name in ("no_lost_wakeup",) else None)
-    bmc_time = time.perf_counter() - start
+def bmc_and_induction(name: str, mutant: str | None = None) -> Outcome:
+    """Induction on the shared invariant (initiation and consecution, with every state and step property as a
+    goal): proved, for every depth. Only if that fails, BMC from the initial state for a violation of the state or
+    step property ``name``: a violation is a run (refuted, with its trace), none within ``BMC_DEPTH`` commands
+    leaves the invariant not inductive. On the spec with ``mutant`` applied if given."""
+    mutants = frozenset({mutant}) if mutant else frozenset()
+    ind, part, ind_time = invariant_is_inductive(mutants)
+    if ind == PROVED:
+        return Outcome(PROVED, "induction", f"the invariant is inductive and implies it ({ind_time:.1f}s)")
+    state_bad = (lambda s: Not(properties(s)[name])) if name in PROPERTY_NAMES else None
+    step_bad = (lambda s, c, n, o: Not(step_properties(s, c, n, o)[name])) if name in STEP_PROPERTY_NAMES else None
+    status, run, depth = bmc(state_bad, BMC_DEPTH, mutants=mutants, step_bad=step_bad)
     if status == REFUTED:
         trace = purgatory_trace(f"specs.purgatory.{name}", run, f"violates {name}")
-        return Outcome(REFUTED, f"BMC d={BMC_DEPTH}", f"violated after {depth} commands: {describe_run(run)}",
-                       traces={"counterexample": trace})
+        return Outcome(REFUTED, f"induction fails ({part}); BMC", f"violated after {depth} commands: "
+                       f"{describe_run(run)}", traces={} if mutant else {"counterexample": trace})
     if status != BOUND:
         return Outcome(UNKNOWN, f"BMC d={BMC_DEPTH}", f"BMC gave up at depth {depth}")
-    ind, part, ind_time = invariant_is_inductive()
-    detail = (f"BMC: no violation within {BMC_DEPTH} commands ({bmc_time:.1f}s); the strengthened invariant is "
-              f"{'inductive' if ind == PROVED else 'NOT inductive (' + part + ')'} ({ind_time:.1f}s)")
-    method = f"BMC d={BMC_DEPTH} + induction"
-    return Outcome(PROVED if ind == PROVED else BOUND, method, detail, witness={"bmc_depth": BMC_DEPTH})
+    return Outcome(ind, f"induction + BMC d={BMC_DEPTH}", f"the invariant is {ind} ({part}); no violation of this "
+                   f"property within {BMC_DEPTH} commands")
 
 
-@obligation("purgatory.exactly_once", domain=DOMAIN)
-def exactly_once() -> Outcome:
+def mutant_of(name: str, mutated: bool, mutant: str) -> Outcome:
+    return bmc_and_induction(name, mutant if mutated else None)
+
+
+@obligation("purgatory.exactly_once", domain=DOMAIN, mutant=MUTANTS["force_without_cas"])
+def exactly_once(mutated: bool = False) -> Outcome:
     """Every operation completes at most once, whichever route gets there first: onComplete runs exactly as often
     as the op is completed (0 or 1 times), and an op has a completion route exactly when it is completed. The single
     door is forceComplete's compare-and-set; together with purgatory.no_forgotten_op (every live op stays scheduled)
     this is exactly-once for every op that is not cancelled."""
-    return bmc_and_induction("exactly_once")
+    return mutant_of("exactly_once", mutated, "force_without_cas")
 
 
-@obligation("purgatory.justified", domain=DOMAIN, cost=10)
-def justified() -> Outcome:
+@obligation("purgatory.justified", domain=DOMAIN, cost=10, mutant=MUTANTS["expire_early"])
+def justified(mutated: bool = False) -> Outcome:
     """An operation completes only when it is ready or expired (or forced by other code): one completed through a
     tryComplete (by watch, try or check) has its condition true — set_ready was seen or its ready_on-th try has
     happened — and one completed by the timer has a deadline at or before the clock. The condition is monotone, so
     this holds in every later state too."""
-    return bmc_and_induction("justified")
+    return mutant_of("justified", mutated, "expire_early")
 
 
-@obligation("purgatory.no_lost_wakeup", domain=DOMAIN, cost=20)
-def no_lost_wakeup() -> Outcome:
+@obligation("purgatory.no_lost_wakeup", domain=DOMAIN, cost=20, mutant=MUTANTS["check_drops_live"])
+def no_lost_wakeup(mutated: bool = False) -> Outcome:
     """No lost wakeup: an operation appended to key k's list stays on it until it completes or k is cancelled, so
     a check of k after the op's condition became true completes it. Stated as the state invariant "watched on k and
     not completed implies at least one entry in k's list" and as the step property "check(k) of a ready op watched
     on k completes it". The sequential model executes tryCompleteElseWatch atomically; the window between its first
     tryComplete and the watch is the business of interleaving.no_lost_wakeup."""
-    return bmc_and_induction("no_lost_wakeup")
+    return mutant_of("no_lost_wakeup", mutated, "check_drops_live")
 
 
-@obligation("purgatory.counters", domain=DOMAIN, cost=4)
-def counters() -> Outcome:
+@obligation("purgatory.tried_after_listing", domain=DOMAIN, cost=4, mutant=MUTANTS["no_second_try"])
+def tried_after_listing(mutated: bool = False) -> Outcome:
+    """Sequential half of the lost-wakeup argument: an operation that is on some watch list and not completed has
+    had a tryComplete since it was last appended to its lists. tryCompleteElseWatch guarantees it with its second
+    tryComplete, made after the appends; a check that leaves an op on the list has just tried it. So whatever made
+    the condition true before the op was listed has been seen, and only later changes need a check — which finds
+    the op on the list. A tryCompleteElseWatch without its second tryComplete violates it in one command (an op that
+    becomes completable only at its second try is left waiting for its timeout)."""
+    return mutant_of("tried_after_listing", mutated, "no_second_try")
+
+
+@obligation("purgatory.counters", domain=DOMAIN, cost=4, mutant=MUTANTS["cancel_keeps_counter"])
+def counters(mutated: bool = False) -> Outcome:
     """The counters are consistent: the task counter, kept incrementally the way Kafka's TimerTaskList keeps it
     (+1 on add, -1 on remove or expiry), equals the number of ops in the timer (numDelayed); the watch-entry counter
     kept the same way equals the entries in all lists (watched()); a completed op is never in the timer; and the
     estimate of operations is at least numDelayed, so est - numDelayed, the purge trigger, is never negative."""
-    return bmc_and_induction("counters")
+    return mutant_of("counters", mutated, "cancel_keeps_counter")
 
 
-@obligation("purgatory.no_forgotten_op", domain=DOMAIN)
-def no_forgotten_op() -> Outcome:
+@obligation("purgatory.no_forgotten_op", domain=DOMAIN, mutant=MUTANTS["expire_without_complete"])
+def no_forgotten_op(mutated: bool = False) -> Outcome:
     """Every live operation is still scheduled: an op that was watched, is not completed and whose timer entry was
     not cancelled (by cancel or cancelForKey) is in the timer with a deadline after the clock, so it completes by
     its deadline at the latest. With exactly_once: every op that is not cancelled completes exactly once."""
-    return bmc_and_induction("no_forgotten_op")
+    return mutant_of("no_forgotten_op", mutated, "expire_without_complete")
+
+
+@obligation("purgatory.liveness", domain=DOMAIN, mutant=MUTANTS["expire_late"])
+def liveness(mutated: bool = False) -> Outcome:
+    """Every operation that is not cancelled completes once the clock passes its deadline: after an advance to a
+    time at or after the deadline of an op that was watched and whose timer entry was not cancelled, the op is
+    completed (by that advance's expiry if nothing completed it before). A step property of every advance, so it
+    holds on every run, not just those BMC reaches."""
+    return mutant_of("liveness", mutated, "expire_late")
+
+
+@obligation("purgatory.cleanup.check", domain=DOMAIN, mutant=MUTANTS["check_keeps_completed"])
+def cleanup_check(mutated: bool = False) -> Outcome:
+    """Watcher cleanup by a check: after checkAndComplete(k) no operation that was already completed before the
+    check has an entry left in k's list, and an operation the check completes has fewer entries there than before
+    (the entry that completed it and the later ones go; with a key listed twice, an earlier entry that was tried
+    and failed stays, as in Kafka, until a later check or purge)."""
+    return mutant_of("cleanup_check", mutated, "check_keeps_completed")
+
+
+@obligation("purgatory.cleanup.purge", domain=DOMAIN, mutant=MUTANTS["purge_keeps_completed"])
+def cleanup_purge(mutated: bool = False) -> Outcome:
+    """Watcher cleanup by the purge: right after an advance whose purge check fired, no completed operation has an
+    entry in any watch list, whichever keys it was watched on and however many times, so the memory held by stale
+    entries drops to nothing at every purge (what is left between purges is bounded by purgatory.memory.*)."""
+    return mutant_of("cleanup_purge", mutated, "purge_keeps_completed")
+
+
+@obligation("purgatory.cleanup.map", domain=DOMAIN, mutant=MUTANTS["keeps_emptied_list"])
+def cleanup_map(mutated: bool = False) -> Outcome:
+    """An emptied watch list leaves the map (the leak of KAFKA-2160, where emptied lists of ever-new keys piled up):
+    in every state a key has a list in the watchers map exactly when that list has an entry. A check or a purge
+    that empties a list removes the key; cancelForKey removes it whatever it held; a watch that appends creates it."""
+    return mutant_of("cleanup_map", mutated, "keeps_emptied_list")
+
+
+# --- beyond the bound --------------------------------------------------------------------------------------------
+
+#: the per-operation properties: each talks about one op (and its keys) only
+PER_OP = ("exactly_once", "justified", "no_lost_wakeup", "no_forgotten_op", "tried_after_listing")
+PER_OP_STEPS = ("no_lost_wakeup", "cleanup_check", "cleanup_purge", "liveness")
+SCALE_OPS, SCALE_KEYS = 6, 3
+
+
+def per_op_invariant(s: dict) -> object:
+    """The per-op properties, with the one per-op fact of purgatory.counters: a completed op is not in the timer."""
+    not_timed = [Implies(s[("completed", o)], Not(s[("in_timer", o)])) for o in range(SHAPE.ops)]
+    return And(auxiliary(s), *[properties(s)[name] for name in PER_OP], *not_timed)
+
+
+@obligation("purgatory.any_number_of_ops", cost=3, mutant=MUTANTS["no_second_try"],
+            domain="any number of operations: one tracked op with 3 keys, the others abstracted (any purge decision "
+                   "at any advance); all 8 commands, any delays; induction")
+def any_number_of_ops(mutated: bool = False) -> Outcome:
+    """The per-operation properties hold for any number of operations. Every transition treats each op on its own —
+    a watch, try, force or cancel touches only its op; a check or cancelForKey walks a key's entries op by op; an
+    advance expires each op on its own deadline — except the purge check, whose outcome depends on the other ops
+    through the estimate and numDelayed, and which then removes each op's entries only if that op is completed. So
+    the projection of any run with N ops onto one of them is a run of a one-op purgatory in which the purge check
+    may fire or not at any advance. z3 proves, for that one-op system (3 keys) with the purge decision left free, that
+    the invariant of exactly_once, justified, no_lost_wakeup, no_forgotten_op and tried_after_listing is inductive
+    and implies the step properties no_lost_wakeup, cleanup.check, cleanup.purge and liveness: they therefore hold for
+    every op of a purgatory with any number of ops. (The counting properties need the others; they are checked at
+    the largest bound in purgatory.counting_at_scale.)"""
+    mutants = frozenset({OTHERS_ABSTRACTED, *(["no_second_try"] if mutated else [])})
+    step_goal = lambda s, c, n, o: And(*[step_properties(s, c, n, o)[name] for name in PER_OP_STEPS])  # noqa: E731
+    with bounded(1, 3):
+        status, part = inductive(per_op_invariant, mutants=mutants, step_goal=step_goal)
+        if status == PROVED:
+            return Outcome(PROVED, "induction (1 op, 3 keys, purge free)", "inductive; implies the step properties")
+        found, run, depth = bmc(lambda s: Not(per_op_invariant(s)), 4, mutants=mutants,
+                                step_bad=lambda s, c, n, o: Not(step_goal(s, c, n, o)))
+        if found == REFUTED:
+            return Outcome(REFUTED, "BMC d=4 (1 op, 3 keys, purge free)", f"after {depth} commands: "
+                           f"{describe_run(run)}")
+        return Outcome(status, "induction + BMC d=4", f"{part} fails; no violation within 4 commands")
+
+
+@obligation("purgatory.counting_at_scale", cost=40, mutant=MUTANTS["cancel_keeps_counter"],
+            domain=f"{SCALE_OPS} ops, {SCALE_KEYS} keys, all 8 commands, any purge interval and delays; induction (if it "
+                   f"fails, BMC to 3 for a run)")
+def counting_at_scale(mutated: bool = False) -> Outcome:
+    """The whole invariant — including the counting properties, which relate the ops to one another: the task and
+    watch-entry counters against numDelayed and watched(), the estimate against numDelayed, and the watchers map's
+    keys against the non-empty lists — is inductive, with every step property as a goal, at 6 operations and 3 keys
+    (the largest shape that proves in under a minute on an idle 2-core machine; 3 x 2 takes 1 s, 4 x 3 about 4 s).
+    The per-op properties hold for any number of ops by purgatory.any_number_of_ops."""
+    mutants = frozenset({"cancel_keeps_counter"}) if mutated else frozenset()
+    with bounded(SCALE_OPS, SCALE_KEYS):
+        ind, part, seconds = invariant_is_inductive(mutants)
+        if ind == PROVED:
+            return Outcome(PROVED, f"induction ({SCALE_OPS} x {SCALE_KEYS})", f"inductive ({seconds:.1f}s)")
+        found, run, depth = bmc(lambda s: Not(properties(s)["counters"]), 3, mutants=mutants)
+        if found == REFUTED:
+            return Outcome(REFUTED, "BMC d=3", f"after {depth} commands: {describe_run(run)}")
+        return Outcome(ind, "induction + BMC d=3", f"{part} fails; no violation within 3 commands")
 
 
 # --- purge rule and memory ---------------------------------------------------------------------------------------
 
 
 def purge_rule(s, c, n, obs):
-    delayed_after = Sum(I(And(s[("in_timer", o)], Not(obs.expired[o]))) for o in range(OPS))
+    delayed_after = Sum(I(And(s[("in_timer", o)], Not(obs.expired[o]))) for o in range(SHAPE.ops))
     gone = s[("est",)] - delayed_after
     return Implies(c.kind == ADVANCE, And(Implies(obs.purged, gone >= s[("P",)] + 1),
                                           Implies(Not(obs.purged), gone <= s[("P",)])))
 
 
-@obligation("purgatory.purge.threshold", domain=f"{OPS} ops, {KEYS} keys, any state satisfying the invariant")
-def purge_threshold() -> Outcome:
+def bmc_then_invariant(inv, step_goal, mutant: str | None, kinds=ALL_KINDS, depth: int = 6) -> Outcome:
+    """Induction on ``inv`` with ``step_goal`` (proved); if that fails, BMC to ``depth`` for a step violating
+    ``step_goal`` (refuted, with the run) or none (not inductive). On the spec with ``mutant`` applied if given."""
+    mutants = frozenset({mutant}) if mutant else frozenset()
+    status, part = inductive(inv, mutants=mutants, kinds=kinds, step_goal=step_goal)
+    if status == PROVED:
+        return Outcome(PROVED, "induction", "inductive invariant, implies the step property")
+    found, run, reached = bmc(None, depth, mutants=mutants, kinds=kinds,
+                              step_bad=lambda s, c, n, o: Not(step_goal(s, c, n, o)))
+    if found == REFUTED:
+        return Outcome(REFUTED, f"BMC d={depth}", f"violated after {reached} commands: {describe_run(run)}")
+    return Outcome(status, f"induction + BMC d={depth}", f"{part} fails; no violation within {depth} commands")
+
+
+@obligation("purgatory.purge.threshold", domain=f"{OPS} ops, {KEYS} keys, any state satisfying the invariant",
+            mutant=MUTANTS["purge_ge"])
+def purge_threshold(mutated: bool = False) -> Outcome:
     """The purge fires exactly when strictly more than purgeInterval operations are estimated gone from the timer:
     at every advance, after the expiries, a purge happens if and only if estimated - numDelayed > purgeInterval
     (transcript 05: with interval 2, 4 - 2 = 2 does not purge and 4 - 1 = 3 does). Checked for one step from any
     state of the inductive invariant, so for every reachable state."""
-    status, part = inductive(invariant, step_goal=purge_rule)
-    return Outcome(status, "induction (one step)", part)
+    return bmc_then_invariant(invariant, purge_rule, "purge_ge" if mutated else None)
 
 
 def bmc_advance_bad(bound_of):
@@ -906,34 +1162,35 @@ def bmc_advance_bad(bound_of):
 
 
 def memory_invariant_no_cancel(s):
-    counted = Sum(I(And(s[("completed", o)], listed(s, o))) for o in range(OPS))
+    counted = Sum(I(And(s[("completed", o)], listed(s, o))) for o in range(SHAPE.ops))
     return And(invariant(s), counted <= s[("est",)] - delayed(s),
-               *[Not(s[("dropped", o)]) for o in range(OPS)])
+               *[Not(s[("dropped", o)]) for o in range(SHAPE.ops)])
 
 
 def uncounted_listed(s):
-    return Sum(I(And(s[("uncounted", o)], listed(s, o))) for o in range(OPS))
+    return Sum(I(And(s[("uncounted", o)], listed(s, o))) for o in range(SHAPE.ops))
 
 
 def memory_invariant(s):
-    stale_counted = Sum(I(And(s[("completed", o)], listed(s, o), Not(s[("uncounted", o)]))) for o in range(OPS))
+    stale_counted = Sum(I(And(s[("completed", o)], listed(s, o), Not(s[("uncounted", o)]))) for o in range(SHAPE.ops))
     live_out = Sum(I(And(listed(s, o), Not(s[("completed", o)]), Not(s[("in_timer", o)]), Not(s[("uncounted", o)])))
-                   for o in range(OPS))
+                   for o in range(SHAPE.ops))
     return And(invariant(s), stale_counted + live_out <= s[("est",)] - delayed(s))
 
 
 @obligation("purgatory.memory.bound_without_cancel",
-            domain=f"{OPS} ops, {KEYS} keys, commands without cancel/cancel_key, any purge interval; induction")
-def memory_bound_without_cancel() -> Outcome:
+            domain=f"{OPS} ops, {KEYS} keys, commands without cancel/cancel_key, any purge interval; induction",
+            mutant=MUTANTS["purge_keeps_completed"])
+def memory_bound_without_cancel(mutated: bool = False) -> Outcome:
     """Without cancellation the memory held by completed-but-still-listed entries is bounded by the purge interval:
     the number of such stale operations never exceeds estimated - numDelayed (every op that becomes stale has left
     the timer or was counted by a watch since the last purge), and right after every advance — where the purge
     check has either fired (no stale op left) or found estimated - numDelayed <= purgeInterval — there are at most
     purgeInterval stale operations. The memory bound is therefore purgeInterval * m entries, where m is the largest
     number of entries one op holds (its keys per watch, duplicates included, times its watches)."""
-    status, part = inductive(memory_invariant_no_cancel, kinds=NO_CANCEL_KINDS,
-                             step_goal=lambda s, c, n, o: Implies(c.kind == ADVANCE, stale_ops(n) <= n[("P",)]))
-    return Outcome(status, "inductive invariant", part or "stale ops <= estimated - numDelayed; <= P after advance")
+    return bmc_then_invariant(memory_invariant_no_cancel,
+                              lambda s, c, n, o: Implies(c.kind == ADVANCE, stale_ops(n) <= n[("P",)]),
+                              "purge_keeps_completed" if mutated else None, kinds=NO_CANCEL_KINDS)
 
 
 @obligation("purgatory.memory.no_bound_with_cancel", kind="finding", expect=REFUTED,
@@ -976,17 +1233,16 @@ def memory_family_trace(size: int) -> Trace:
 
 
 @obligation("purgatory.memory.true_bound", domain=f"{OPS} ops, {KEYS} keys, all commands, any purge interval; "
-                                                  "induction")
-def memory_true_bound() -> Outcome:
+                                                  "induction", mutant=MUTANTS["purge_keeps_completed"])
+def memory_true_bound(mutated: bool = False) -> Outcome:
     """The true bound: call an op *uncounted* if it was listed, live and out of the timer when the last purge ran
     (the estimate forgot it). Then stale counted ops plus live listed ops out of the timer never exceed
     estimated - numDelayed, so right after every advance the stale operations number at most purgeInterval + U,
     where U is the number of uncounted ops still listed — at most the ops cancelled (cancel or cancelForKey on
     another key) but not completed before the last purge. Memory held by stale entries is at most
     m * (purgeInterval + U); U is bounded only by the application's use of cancel."""
-    status, part = inductive(memory_invariant, step_goal=lambda s, c, n, o: Implies(
-        c.kind == ADVANCE, stale_ops(n) <= n[("P",)] + uncounted_listed(n)))
-    return Outcome(status, "inductive invariant", part or "stale <= P + uncounted after every advance")
+    return bmc_then_invariant(memory_invariant, lambda s, c, n, o: Implies(
+        c.kind == ADVANCE, stale_ops(n) <= n[("P",)] + uncounted_listed(n)), "purge_keeps_completed" if mutated else None)
 
 
 # --- mutants and the cross-check ---------------------------------------------------------------------------------
@@ -1013,8 +1269,9 @@ def mutant_purge_ge() -> Outcome:
 
 
 @obligation("purgatory.crosscheck.model", kind="support", expect=BOUND,
-            domain="150 random traces of 25 commands, wheel sizes 2/3/20, purge interval 0..2")
-def crosscheck_model() -> Outcome:
+            domain="150 random traces of 25 commands, wheel sizes 2/3/20, purge interval 0..2",
+            mutant=MUTANTS["keeps_emptied_list"] + " (in the symbolic relation only)")
+def crosscheck_model(mutated: bool = False) -> Outcome:
     """The symbolic transition relation and model/ agree: random command sequences over the bounded ops and keys
     (watch with duplicates and re-watches, set_ready, check, cancel_key, force, try, cancel, advance, and the
     watched/delayed queries) are run through both, and after every command the results, the events (as a multiset)
@@ -1025,7 +1282,7 @@ def crosscheck_model() -> Outcome:
     problems = []
     for i in range(150):
         commands, params = random_commands(rng, 25), random_params(rng)
-        found = crosscheck(commands, params)
+        found = crosscheck(commands, params, mutants=frozenset({"keeps_emptied_list"}) if mutated else frozenset())
         if found:
             problems.append((i, found[0]))
     if problems:

@@ -16,19 +16,23 @@ small emulation of Kafka's wheel in Java arithmetic, so that the documented outc
 
 from __future__ import annotations
 
+import functools
 import heapq
 import itertools
 import random
+import time
+from typing import Callable
 
 import attrs
 import z3
 
 from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.model import vocabulary as v
-from kpurgatory.specs.core import (BOUND, PROVED, REFUTED, Lemma, Outcome, find, minimise, obligation, prove,
-                                   verdict, with_lemmas)
+from kpurgatory.specs.core import (BOUND, NOT_INDUCTIVE, PROVED, REFUTED, UNKNOWN, Lemma, Outcome, find, minimise,
+                                   fresh_z3_context, obligation, prove, solver, verdict, with_lemmas)
 from kpurgatory.specs.javalong import (BV, EXACT, INT_MAX, JINT, LONG_MAX, LONG_MIN, OPERATORS, PY, Backend,
-                                       BVBackend, JIntBackend, Long, PyBackend, no_overflow_add, no_overflow_mul)
+                                       BVBackend, FloorRemainderBackend, JIntBackend, Long, PyBackend, SignedModuloBVBackend,
+                                       definition_query, multiple_lemma, no_overflow_add, no_overflow_mul)
 
 JAVA_DOMAIN = ("u>=1, 2<=n<=Int.MAX, u*n<=Long.MAX, c>=0, c%u==0, c+u*n<=Long.MAX "
                "(u: the level's tick, c: its clock)")
@@ -65,10 +69,55 @@ def place(E: Long, T: Long, n: Long) -> tuple[Long, Long, Long]:
     return vid, vid % n, vid * T
 
 
-def place_rounded_up(E: Long, T: Long, n: Long) -> tuple[Long, Long, Long]:
-    """MUTANT: the bucket expiration rounded up to the end of the tick instead of down to its start."""
-    vid = (E + T - 1) / T
-    return vid, vid % n, vid * T
+def advance_level(c: Long, T: Long, x: Long) -> Long:
+    """One level's advanceClock(x): move to the tick containing x if that is a later tick."""
+    return ite(x >= c + T, x - x % T, c)
+
+
+def overflow_tick(T: Long, n: Long) -> Long:
+    """The tick of the level above: this level's interval."""
+    return T * n
+
+
+@attrs.frozen
+class Arithmetic:
+    """The subject of every wheel obligation: Kafka's placement, refusal, clocks and cascade (`KAFKA`), or a mutant
+    that changes exactly one of them. Every obligation below calls these, never its own copy."""
+
+    bug: str = ""
+    accepted: Callable = accepted
+    place: Callable = place
+    advance_level: Callable = advance_level
+    overflow_tick: Callable = overflow_tick
+    #: a released bucket's entries are re-inserted after the clocks moved to its expiration (Kafka: advanceClock
+    #: before flush)
+    advance_before_flush: bool = True
+    #: a re-inserted entry the finest level refuses is run (Kafka's flush hands it to the executor)
+    runs_refused: bool = True
+
+    def refused(self, E: Long, c: Long, T: Long, n: Long):
+        """Inside the window but not accepted: "already expired", run now."""
+        return z3.And(z3.Not(self.accepted(E, c, T, n)), E < c + T * n)
+
+
+KAFKA = Arithmetic()
+#: mutants, one bug each
+ACCEPTS_EXPIRED = Arithmetic("accepted() without the refusal test (E < c + T is placed too)",
+                             accepted=lambda E, c, T, n: E < c + T * n)
+REFUSES_EARLY = Arithmetic("accepted() refuses one tick early (E < c + 2T)",
+                           accepted=lambda E, c, T, n: z3.And(z3.Not(E < c + T + T), E < c + T * n))
+MISINDEXED = Arithmetic("place() takes the bucket index from the expiration, E % n, not the virtual id (E / T) % n",
+                        place=lambda E, T, n: (E / T, E % n, (E / T) * T))
+ROUNDS_UP = Arithmetic("place() rounds the bucket expiration up to the end of the tick",
+                       place=lambda E, T, n: place((E + T - 1), T, n))
+UNROUNDED_CLOCK = Arithmetic("advanceClock(x) sets the clock to x instead of x rounded down to the tick",
+                             advance_level=lambda c, T, x: ite(x >= c + T, x, c))
+FLAT_OVERFLOW = Arithmetic("the overflow level gets the same tick T instead of the interval T*n",
+                           overflow_tick=lambda T, n: T)
+STALE_CLOCKS = Arithmetic("a released bucket is flushed without first advancing the clocks to its expiration",
+                          advance_before_flush=False)
+DROPS_REFUSED = Arithmetic("flush drops a re-inserted entry that the finest level refuses instead of running it",
+                           runs_refused=False)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -146,16 +195,45 @@ def lemmas(backend: Backend, *, top: bool = False) -> WheelLemmas:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Supporting: the two encodings of Java longs agree
+# Java's long arithmetic: the proof encoding is Java's, the search encoding agrees on a sample
 # ---------------------------------------------------------------------------------------------------------------
+
+
+@obligation("java.integer_encoding", cost=2, domain="all pairs of 64-bit longs (b != 0 for / and %); + - * / % < <=",
+            mutant="JINT's remainder with the divisor's sign (floor modulo) instead of the dividend's")
+def integer_encoding(mutated: bool = False) -> Outcome:
+    """The integer encoding of Java longs that every wheel proof runs in (JINT: z3 integers with explicit
+    two's-complement wrapping) is Java's arithmetic: for every operator the obligations use (+ - * / % < <=) and
+    every pair of longs, z3 proves that the JINT result meets Java's definition written as an integer
+    specification (javalong.java_definition, from the JLS: the representable value congruent to the exact sum,
+    difference or product modulo 2^64; the quotient truncated toward zero, with Long.MIN / -1 = Long.MIN; the
+    remainder with the dividend's sign, smaller than the divisor in magnitude, differing from the dividend by a
+    multiple of it). No sampling: one query per operator over all 2^128 operand pairs. The remainder's query uses
+    one lemma of integer division (x - x % m is a multiple of m), proved first."""
+    backend = FloorRemainderBackend() if mutated else JINT
+    x, m = z3.Ints("lemma.x lemma.m")
+    lemma = prove([], multiple_lemma(x, m))
+    results = [("multiple (x - x % m is a multiple of m)", lemma.status, 0.0)]
+    for operator in OPERATORS:
+        answer = prove(*definition_query(backend, operator))
+        if answer.status != PROVED:
+            if answer.status == REFUTED:
+                (a, b) = (answer.model.eval(z3.Int(f"{operator}.{name}"), model_completion=True).as_long()
+                          for name in "ab")
+                return Outcome(REFUTED, METHOD_JINT, f"{operator}: a={a}, b={b} breaks Java's definition",
+                               witness={"operator": operator, "a": a, "b": b}, lemmas=results)
+            return verdict(answer, METHOD_JINT, results)
+    return verdict(answer, METHOD_JINT + " vs Java's definitions", results, lemma.status == PROVED,
+                   detail=f"{len(OPERATORS)} operators meet Java's definitions for all operands")
 
 BOUNDARY = [LONG_MIN, LONG_MIN + 1, -(2**32), -(2**31) - 1, -(2**31), -21, -2, -1, 0, 1, 2, 3, 20, 2**31 - 1, 2**31,
             2**32, 20**14, 20**15 % 2**63, LONG_MAX - 1, LONG_MAX]
 
 
-def evaluate_operator(operator: str, width: int, pairs: list[tuple[int, int]]) -> list[tuple[int, int]]:
+def evaluate_operator(operator: str, width: int, pairs: list[tuple[int, int]], bv_backend: type = BVBackend
+                      ) -> list[tuple[int, int]]:
     """The pairs on which the BV encoding, the JINT encoding (both evaluated by z3) and concrete Java differ."""
-    bv, ji, py = BVBackend(width), JIntBackend(width), PyBackend(width)
+    bv, ji, py = bv_backend(width), JIntBackend(width), PyBackend(width)
     a, b = z3.BitVec("a", width), z3.BitVec("b", width)
     ai, bi = z3.Int("ai"), z3.Int("bi")
     apply = OPERATORS[operator]
@@ -179,23 +257,25 @@ def evaluate_operator(operator: str, width: int, pairs: list[tuple[int, int]]) -
 
 
 @obligation("java.encodings_agree", kind="support", expect=BOUND, cost=4,
-            domain="width 4: all pairs; width 64: boundary values x boundary values + 300 random pairs per operator")
-def encodings_agree() -> Outcome:
-    """The two z3 encodings of Java's long arithmetic used by the wheel obligations — 64-bit bit-vectors (QF_BV:
-    bvadd, bvsub, bvmul, bvsdiv, bvsrem, signed comparisons) and integers with explicit two's-complement wrapping
-    (JINT) — compute the same function, and it is Java's: for each of + - * / % < <=, both encodings, evaluated by
-    z3, equal a concrete Java evaluation on every pair of a 4-bit width (exhaustively, where the JINT text is the
-    same formula with 2^4 for 2^64) and on boundary and random pairs at width 64. A z3 proof over all 64-bit pairs
-    does not finish: converting a 64-bit vector to an integer is itself bit-blasted."""
+            domain="width 4: all pairs; width 64: boundary values x boundary values + 300 random pairs per operator",
+            mutant="the BV remainder as z3py's % (bvsmod, the divisor's sign)")
+def encodings_agree(mutated: bool = False) -> Outcome:
+    """The search encoding (64-bit bit-vectors, QF_BV: bvadd, bvsub, bvmul, bvsdiv, bvsrem, signed comparisons)
+    agrees with the proof encoding (JINT, proved to be Java's by java.integer_encoding) and with concrete Java: for
+    each of + - * / % < <=, both encodings, evaluated by z3, equal a concrete Java evaluation on every pair of a 4-bit
+    width and on boundary and random pairs at width 64. This is a sample, not a proof (a z3 proof over all 64-bit
+    pairs does not finish: converting a bit-vector to an integer is bit-blasted); it is enough because the BV
+    encoding only finds models, and every model is re-evaluated in concrete Java arithmetic before it is reported."""
+    bv_backend = SignedModuloBVBackend if mutated else BVBackend
     rng = random.Random(64)
     checked, wrong = 0, []
     small = [(x, y) for x in range(-8, 8) for y in range(-8, 8)]
     for operator in OPERATORS:
-        wrong += [(operator, 4, p) for p in evaluate_operator(operator, 4, small)]
+        wrong += [(operator, 4, p) for p in evaluate_operator(operator, 4, small, bv_backend)]
         pairs = [(x, y) for x in BOUNDARY for y in BOUNDARY]
         pairs += [(rng.randint(LONG_MIN, LONG_MAX), rng.randint(LONG_MIN, LONG_MAX)) for _ in range(150)]
         pairs += [(rng.randint(0, 2**40), rng.randint(1, 2**20)) for _ in range(150)]
-        wrong += [(operator, 64, p) for p in evaluate_operator(operator, 64, pairs)]
+        wrong += [(operator, 64, p) for p in evaluate_operator(operator, 64, pairs, bv_backend)]
         checked += len(small) + len(pairs)
     if wrong:
         return Outcome(REFUTED, "z3 simplify vs concrete Java", f"encodings differ on {wrong[:5]}",
@@ -213,40 +293,43 @@ METHOD_EXACT = "z3 NIA, unbounded (model)"
 METHOD_BV = "z3 QF_BV 64"
 
 
-def placement_setting(backend: Backend, *, top: bool = False):
+def placement_setting(backend: Backend, *, top: bool = False, arithmetic: Arithmetic = KAFKA):
     (u, n, c, E), ranges = backend.longs(f"u n c E")
-    hyps = [ranges, level_domain(u, n, c, top=top), accepted(E, c, u, n), E <= LONG_MAX]
+    hyps = [ranges, level_domain(u, n, c, top=top), arithmetic.accepted(E, c, u, n), E <= LONG_MAX]
     return (u, n, c, E), hyps
 
 
-@obligation("wheel.placement.index_in_range", domain=JAVA_DOMAIN + ", c+u<=E<c+u*n")
-def placement_index() -> Outcome:
+@obligation("wheel.placement.index_in_range", domain=JAVA_DOMAIN + ", c+u<=E<c+u*n", mutant=ACCEPTS_EXPIRED.bug)
+def placement_index(mutated: bool = False) -> Outcome:
     """An entry the level accepts lands in one of its buckets: the index Kafka computes, (E / u) % n with Java's
     truncating division and sign-following remainder, lies in [0, n). It cannot be negative because an accepted
     expiration is at least c + u > 0, so a negative clock is the only way to Kafka's ArrayIndexOutOfBoundsException
     (§2.6.6), and the domain excludes it as the model does."""
-    (u, n, c, E), hyps = placement_setting(JINT)
-    _, slot, _ = place(E, u, n)
+    arithmetic = ACCEPTS_EXPIRED if mutated else KAFKA
+    (u, n, c, E), hyps = placement_setting(JINT, arithmetic=arithmetic)
+    _, slot, _ = arithmetic.place(E, u, n)
     return verdict(prove(hyps, z3.And(slot >= 0, slot < n)), METHOD_JINT)
 
 
-@obligation("wheel.placement.bucket_expiration", domain=JAVA_DOMAIN + ", c+u<=E<c+u*n")
-def placement_expiration() -> Outcome:
+@obligation("wheel.placement.bucket_expiration", domain=JAVA_DOMAIN + ", c+u<=E<c+u*n", mutant=ROUNDS_UP.bug)
+def placement_expiration(mutated: bool = False) -> Outcome:
     """An accepted entry's bucket expiration b = (E / u) * u is the start of the tick containing E: it is after
     the level's clock and no later than the entry, c < b <= E, and less than one tick before it, E - u < b. So the
     bucket is released in the future (never immediately, which would re-insert the entry in a loop) and at most
     u - 1 ms before the entry is due. None of the products or sums wraps in this domain."""
-    (u, n, c, E), hyps = placement_setting(JINT)
-    _, _, b = place(E, u, n)
+    arithmetic = ROUNDS_UP if mutated else KAFKA
+    (u, n, c, E), hyps = placement_setting(JINT, arithmetic=arithmetic)
+    _, _, b = arithmetic.place(E, u, n)
     return verdict(prove(hyps, z3.And(c < b, b <= E, E - u < b)), METHOD_JINT)
 
 
-def aliasing_query(backend: Backend, *, top: bool = False):
-    (u, n, c, E1), hyps = placement_setting(backend, top=top)
+def aliasing_query(backend: Backend, *, top: bool = False, arithmetic: Arithmetic = KAFKA):
+    (u, n, c, E1), hyps = placement_setting(backend, top=top, arithmetic=arithmetic)
     (c2, E2), ranges = backend.longs("c2 E2")
-    vid1, slot1, b1 = place(E1, u, n)
-    vid2, slot2, _ = place(E2, u, n)
-    hyps += [ranges, c2 >= c, c2 < b1, (c2 % u).eq(0), level_domain(u, n, c2, top=top), accepted(E2, c2, u, n),
+    vid1, slot1, b1 = arithmetic.place(E1, u, n)
+    vid2, slot2, _ = arithmetic.place(E2, u, n)
+    hyps += [ranges, c2 >= c, c2 < b1, (c2 % u).eq(0), level_domain(u, n, c2, top=top),
+             arithmetic.accepted(E2, c2, u, n),
              E2 <= LONG_MAX, slot1.eq(slot2)]
     lem = lemmas(backend, top=top)
     instances = [lem.window(E1, c, u, n), lem.window(E2, c2, u, n), lem.below(c2, vid1, u), lem.mono(c, c2, u),
@@ -256,14 +339,15 @@ def aliasing_query(backend: Backend, *, top: bool = False):
 
 
 @obligation("wheel.placement.no_aliasing",
-            domain=JAVA_DOMAIN + "; E1 accepted at clock c, E2 at a later aligned clock c2 < b1 (bucket still live)")
-def placement_no_aliasing() -> Outcome:
+            domain=JAVA_DOMAIN + "; E1 accepted at clock c, E2 at a later aligned clock c2 < b1 (bucket still live)",
+            mutant=MISINDEXED.bug)
+def placement_no_aliasing(mutated: bool = False) -> Outcome:
     """Two entries that share a bucket share its round: if E1 was placed when the level's clock was c, and E2 at
     a clock c2 with c <= c2 < b1 (the bucket has not been released yet, since releasing it moves the clock to b1),
     and both got the same bucket index, then they have the same virtual id. A bucket therefore never mixes entries
     of two rotations of the wheel, so one expiration per bucket is enough. Proved from lemmas on division (window,
     below, mono, residue), each proved by z3 in the same run."""
-    answer, results, ok = aliasing_query(JINT)
+    answer, results, ok = aliasing_query(JINT, arithmetic=MISINDEXED if mutated else KAFKA)
     return verdict(answer, METHOD_JINT + " + lemmas", results, ok)
 
 
@@ -273,48 +357,60 @@ def placement_no_aliasing() -> Outcome:
 
 
 @obligation("wheel.refusal.exact",
-            domain="level k as in the placement domain, level k+1 created from it (tick T*n, clock c - c%(T*n))")
-def refusal_exact() -> Outcome:
+            domain="level k as in the placement domain, level k+1 created from it (tick T*n, clock c - c%(T*n))",
+            mutant=REFUSES_EARLY.bug)
+def refusal_exact(mutated: bool = False) -> Outcome:
     """An entry is refused as expired exactly when E < c1 + u, the test of the finest level: the sum does not wrap
     in the domain, and an entry handed up from level k (because E >= c + T*n) is never refused by level k+1, whose
     tick is T*n and whose clock is c rounded down to that tick. So the only "already expired" verdict is level 1's,
     and it is the stated inequality."""
+    arithmetic = REFUSES_EARLY if mutated else KAFKA
     (T, n, c, E), ranges = JINT.longs("T n c E")
-    upper = c - c % (T * n)
-    hyps = [ranges, level_domain(T, n, c), E >= c + T * n, E <= LONG_MAX]
-    goal = z3.And(no_overflow_add(c, T), upper >= 0, upper <= c, z3.Not(E < upper + T * n))
+    up = arithmetic.overflow_tick(T, n)
+    upper = c - c % up
+    hyps = [ranges, level_domain(T, n, c), z3.Not(arithmetic.accepted(E, c, T, n)),
+            z3.Not(arithmetic.refused(E, c, T, n)), E <= LONG_MAX]
+    goal = z3.And(no_overflow_add(c, T), upper >= 0, upper <= c, z3.Not(arithmetic.refused(E, upper, up, n)))
     return verdict(prove(hyps, goal), METHOD_JINT)
 
 
 @obligation("wheel.clock.alignment_inductive",
-            domain="t>=1, 2<=n<=Int.MAX, t*n<=Long.MAX, clocks and advance targets <= Long.MAX - t*n")
-def clock_alignment() -> Outcome:
+            domain="t>=1, 2<=n<=Int.MAX, t*n<=Long.MAX, clocks and advance targets <= Long.MAX - t*n",
+            mutant=UNROUNDED_CLOCK.bug)
+def clock_alignment(mutated: bool = False) -> Outcome:
     """The clocks of adjacent levels stay aligned: with a fine level (tick t, clock cf) and its overflow level (tick
     T = t*n, clock cc), the invariant "cf >= 0 is a multiple of t and cc = cf - cf % T" holds when the overflow
     level is created (its start is cf) and is preserved by advanceClock(x) for any x: the fine level moves to x
     rounded down to t if x is at least one tick ahead, then passes its new time up, and the coarse level moves if
     that is at least one of its ticks ahead. An inductive invariant, so it holds for every sequence of advances,
     and every level's clock is the level-1 clock rounded down to that level's tick."""
+    arithmetic = UNROUNDED_CLOCK if mutated else KAFKA
     (t, n, cf, x), ranges = JINT.longs("t n cf x")
-    T = t * n
+    T = arithmetic.overflow_tick(t, n)
     cc = cf - cf % T
     hyps = [ranges, level_domain(t, n, cf), no_overflow_add(cf, T), x >= 0, no_overflow_add(x, T)]
-    cf2 = ite(x >= cf + t, x - x % t, cf)
-    cc2 = ite(cf2 >= cc + T, cf2 - cf2 % T, cc)
+    cf2 = arithmetic.advance_level(cf, t, x)
+    cc2 = arithmetic.advance_level(cc, T, cf2)
+    # x - x % t is a multiple of t (one lemma, proved here): without it z3's answer depends on its random seed
+    a, m = z3.Ints("lemma.x lemma.m")
+    lemma = prove([], multiple_lemma(a, m))
+    hints = [multiple_lemma(x.raw, t.raw), multiple_lemma(cf2.raw, T.raw)]
     goal = z3.And(cf2 >= 0, (cf2 % t).eq(0), cc2.eq(cf2 - cf2 % T), cc2 <= cf2, cf2 < cc2 + T)
-    return verdict(prove(hyps, goal), METHOD_JINT)
+    return verdict(prove(hyps + hints, goal), METHOD_JINT + " + lemma",
+                   [("multiple (x - x % m is a multiple of m)", lemma.status, 0.0)], lemma.status == PROVED)
 
 
 @obligation("wheel.overflow.climb_ranking",
             domain="any level: T in [1, Long.MAX], 2<=n<=Int.MAX, aligned c>=0, E<=Long.MAX; model arithmetic, and "
-                   "Java arithmetic where T*n and c+T*n do not wrap")
-def overflow_climb() -> Outcome:
+                   "Java arithmetic where T*n and c+T*n do not wrap", mutant=FLAT_OVERFLOW.bug)
+def overflow_climb(mutated: bool = False) -> Outcome:
     """Level k has tick u*n^(k-1): each overflow level's tick is the interval of the level below. An entry beyond a
     level (E >= c + T*n) goes up, and the climb is a ranking: the next tick T*n is at least 2T and still at most
     E - c <= Long.MAX, and the entry is not refused there. Ticks therefore double at least at every climb while
     staying representable, so an entry climbs at most 62 times (u*2^62 <= Long.MAX) and the chain of levels is
     bounded by 63. Proved in the model's unbounded arithmetic and in Java's wherever the level's interval and
     window do not wrap; where Kafka's interval does wrap, see wheel.kafka.interval_wraps."""
+    arithmetic = FLAT_OVERFLOW if mutated else KAFKA
     results = []
     for backend, java in ((EXACT, False), (JINT, True)):
         (T, n, c, E), ranges = backend.longs("T n c E")
@@ -322,7 +418,7 @@ def overflow_climb() -> Outcome:
                 E >= c + T * n]
         if java:
             hyps += [no_overflow_mul(T, n), no_overflow_add(c, T * n)]
-        nxt = T * n
+        nxt = arithmetic.overflow_tick(T, n)
         upper = c - c % nxt
         goal = z3.And(nxt >= T + T, nxt <= LONG_MAX, upper >= 0, z3.Not(E < upper + nxt))
         results.append(prove(hyps, goal))
@@ -330,64 +426,318 @@ def overflow_climb() -> Outcome:
     return verdict(worst, "z3 NIA (model) + NIA (Java)")
 
 
-@obligation("wheel.cascade.ranking",
-            domain="a bucket of level k (tick T = t*n, t the tick of level k-1) with aligned b>=0, b+T<=Long.MAX")
-def cascade_ranking() -> Outcome:
-    """Every cascade moves an entry to a strictly finer level or runs it. When a level-k bucket with expiration b
-    is released, the finer clocks advance to b (b is a multiple of every finer tick), and the entry, which lies in
-    [b, b + T), is re-inserted from level 1: it fits level k-1's window b + t*n = b + T, so it lands on level k-1
-    or lower, or is refused by level 1 and runs; on level k-1 its new bucket is not earlier than b and not later
-    than E. The level of an entry (0 once run) is therefore a ranking function; with the finitely many buckets
-    queued at or before the target time, advanceClock terminates."""
-    (t, n, b, E), ranges = JINT.longs("t n b E")
-    T = t * n
-    lem = lemmas(JINT)
-    hyps = [ranges, t >= 1, n >= 2, n <= INT_MAX, no_overflow_mul(t, n), b >= 0, (b % T).eq(0), no_overflow_add(b, T),
-            b <= E, E < b + T, lem.divides(b, t, n)]
-    c_fine = b - b % t
-    b_new = (E / t) * t
-    goal = z3.And(c_fine.eq(b), E < c_fine + T, z3.Implies(z3.Not(E < c_fine + t), z3.And(b <= b_new, b_new <= E)))
-    results, ok = with_lemmas([lem.divides])
-    return verdict(prove(hyps, goal), METHOD_JINT + " + lemmas", results, ok)
-
-
 # ---------------------------------------------------------------------------------------------------------------
-# Timing
+# The symbolic wheel: add, advance and cascade, over which every timing obligation is stated
 # ---------------------------------------------------------------------------------------------------------------
 
+#: the bound of the symbolic wheel: the (tick, wheel size, levels) configurations it is checked for. Times are any
+#: longs; with the configuration fixed, every division is by a constant, which z3 decides (3 levels cost 2-20 s per
+#: configuration instead of 0.1-1.5 s for 2, so only the smallest wheels get 3).
+CONFIGURATIONS = ((1, 2, 3), (1, 3, 2), (2, 2, 2), (10, 20, 2))
+SYM_DOMAIN = (f"(tick, wheel size, levels) in {', '.join(map(str, CONFIGURATIONS))}; start, clocks, times "
+              f"and delays any longs (Java arithmetic, JINT) with the entry inside the top level's window; one tracked "
+              f"entry, the other entries' releases as arbitrary earlier clock moves; BMC to {{depth}} commands from a "
+              f"fresh wheel + inductive invariant (unbounded depth)")
+ADD, ADVANCE = 0, 1
+WHEEL_BMC_DEPTH = 2
 
-@obligation("wheel.timing.not_early", domain="u>=1, aligned 0<=c<=now, c+u<=Long.MAX, 0<=E")
-def timing_not_early() -> Outcome:
-    """An entry runs no earlier than b = (E / u) * u, the start of its tick: it runs only when level 1 refuses it
-    (on add, or when re-inserted after a release), i.e. when E < c + u for the level-1 clock c, and that clock is
-    never ahead of the virtual now (it only moves to released bucket expirations, which are due). So the run time
-    is at least b > E - u: at most u - 1 ms early, and exactly at (or after) E when u = 1."""
-    (u, c, now, E), ranges = JINT.longs("u c now E")
-    hyps = [ranges, u >= 1, c >= 0, (c % u).eq(0), no_overflow_add(c, u), now >= c, E >= 0, E < c + u]
-    goal = z3.And(now >= (E / u) * u, now > E - u, z3.Implies(u.eq(1), now >= E))
-    return verdict(prove(hyps, goal), METHOD_JINT)
+
+class SymbolicWheel:
+    """Kafka's SystemTimer over a bounded number of TimingWheel levels, as z3 terms, tracking one entry.
+
+    State: the virtual now; each level's clock; the entry's expiration E, whether it was added and has run (and
+    when), which level's bucket holds it (``at``) and that bucket's expiration. The other entries matter to it only
+    through the clocks, which their releases move: an advance releases due buckets in expiration order, so before
+    each release of the tracked entry's bucket b the clocks may have moved to any time <= b, and after its last
+    release to any time <= the advance's target (``moves``, free variables of the command). Levels exist from the
+    start with aligned clocks (wheel.clock.alignment_inductive: a lazily created level is in the same state).
+    Every step is built from `Arithmetic`'s accepted(), place(), advance_level() and overflow_tick()."""
+
+    def __init__(self, tick: int, size: int, levels: int, arithmetic: Arithmetic = KAFKA, backend: Backend = EXACT):
+        self.levels = levels
+        self.arithmetic = arithmetic
+        self.backend = backend
+        self.u, self.n = backend.c(tick), backend.c(size)
+        self.ticks = [self.u]
+        for _ in range(self.levels - 1):
+            self.ticks.append(arithmetic.overflow_tick(self.ticks[-1], self.n))
+
+    # --- state ------------------------------------------------------------------------------------------------
+
+    def fresh(self, tag: str) -> dict:
+        s = {name: z3.Int(f"{name}@{tag}") for name in ("now", *(f"c{k}" for k in range(self.levels)), "E", "b",
+                                                         "ran_at")}
+        s.update({name: z3.Bool(f"{name}@{tag}") for name in ("added", "ran", *self.at_names)})
+        return s
+
+    @property
+    def at_names(self) -> list[str]:
+        return [f"at{k}" for k in range(self.levels)]
+
+    def long(self, raw) -> Long:
+        return Long(self.backend, raw)
+
+    def clocks(self, s: dict) -> list[Long]:
+        return [self.long(s[f"c{k}"]) for k in range(self.levels)]
+
+    def aligned(self, s: dict):
+        """Level 1's clock is a non-negative multiple of its tick; each coarser clock is the finer one rounded
+        down to the coarser tick."""
+        c = self.clocks(s)
+        parts = [c[0] >= 0, (c[0] % self.u).eq(0)]
+        parts += [c[k].eq(c[k - 1] - c[k - 1] % self.ticks[k]) for k in range(1, self.levels)]
+        return z3.And(*parts)
+
+    def initial(self, s: dict):
+        """A fresh wheel started at ``now``: clocks at now rounded down, nothing added."""
+        return z3.And(s["now"] >= 0, s["now"] <= LONG_MAX, self.aligned(s), s["c0"] <= s["now"],
+                      s["now"] < s["c0"] + self.u.raw, z3.Not(s["added"]), z3.Not(s["ran"]),
+                      *[z3.Not(s[f"at{k}"]) for k in range(self.levels)])
+
+    def window(self, E: Long, clocks: list[Long]):
+        """The bound: the entry fits the top level's window."""
+        return E < clocks[-1] + self.ticks[-1] * self.n
+
+    # --- Kafka's operations -----------------------------------------------------------------------------------
+
+    def advance_clocks(self, clocks: list[Long], x: Long) -> list[Long]:
+        """advanceClock(x) from level 1 up: each level moves if x is a later tick, and passes its clock up."""
+        out = []
+        for c, T in zip(clocks, self.ticks):
+            x = self.arithmetic.advance_level(c, T, x)
+            out.append(x)
+        return out
+
+    def insert(self, clocks: list[Long], E: Long):
+        """TimingWheel.add from level 1 up: (refused somewhere, so it runs; placed per level; its bucket)."""
+        a = self.arithmetic
+        reach, refused, at, bucket = z3.BoolVal(True), z3.BoolVal(False), [], self.backend.c(0)
+        for c, T in zip(clocks, self.ticks):
+            here = z3.And(reach, a.accepted(E, c, T, self.n))
+            gone = z3.And(reach, a.refused(E, c, T, self.n))
+            at.append(here)
+            bucket = ite(here, a.place(E, T, self.n)[2], bucket)
+            refused = z3.Or(refused, gone)
+            reach = z3.And(reach, z3.Not(here), z3.Not(gone))
+        return refused, at, bucket
+
+    def step(self, s: dict, kind, delay, to, moves, tag: str) -> tuple[dict, dict]:
+        """One command: add the entry (delay) or advance to ``to``. Returns the next state and what happened:
+        ``ran`` (the entry ran in this step), ``releases`` (per release of its bucket: it happened), ``ranks`` (its
+        rank before the first and after each release), ``due`` (its bucket is still due when the unrolled releases
+        are exhausted), ``order`` (the clock moves respect the delay queue's order), ``defs`` (definitions of the
+        intermediate states, named so that z3 sees each term once)."""
+        n = dict(s)
+        defs = []
+
+        def named(clocks: list[Long], label: str) -> list[Long]:
+            names = [z3.Int(f"{label}.c{k}@{tag}") for k in range(self.levels)]
+            defs.extend(name == c.raw for name, c in zip(names, clocks))
+            return [self.long(name) for name in names]
+
+        clocks = self.clocks(s)
+        now = self.long(s["now"])
+        # add: E = now + delay, placed or refused against the (possibly lagging) clocks
+        E = now + self.long(delay)
+        refused, at, bucket = self.insert(clocks, E)
+        adding = z3.And(kind == ADD, z3.Not(s["added"]))
+        n["added"] = z3.Or(s["added"], adding)
+        n["E"] = z3.If(adding, E.raw, s["E"])
+        n["ran"] = z3.Or(s["ran"], z3.And(adding, refused))
+        n["ran_at"] = z3.If(z3.And(adding, refused), now.raw, s["ran_at"])
+        for k in range(self.levels):
+            n[f"at{k}"] = z3.Or(s[f"at{k}"], z3.And(adding, at[k]))
+        n["b"] = z3.If(adding, bucket.raw, s["b"])
+        # advance: release the entry's bucket while it is due, each time re-inserting from level 1
+        advancing = kind == ADVANCE
+        target = self.long(to)
+        E = self.long(n["E"])
+        releases, order, ranks = [], [], [self.rank(n)]
+        for i in range(self.levels):
+            pending = z3.And(n["added"], z3.Not(n["ran"]), z3.Or(*[n[f"at{k}"] for k in range(self.levels)]))
+            due = z3.And(advancing, pending, self.long(n["b"]) <= target)
+            order.append(z3.Implies(due, moves[i] <= n["b"]))  # buckets are released in expiration order
+            clocks = named([ite(due, moved, c) for moved, c in zip(self.advance_clocks(clocks, self.long(moves[i])),
+                                                                     clocks)], f"moved{i}")
+            if self.arithmetic.advance_before_flush:
+                b = self.long(n["b"])
+                clocks = named([ite(due, moved, c) for moved, c in zip(self.advance_clocks(clocks, b), clocks)],
+                               f"released{i}")
+            refused, at, bucket = self.insert(clocks, E)
+            runs = z3.And(due, refused, self.arithmetic.runs_refused)
+            n["ran"] = z3.Or(n["ran"], runs)
+            n["ran_at"] = z3.If(runs, target.raw, n["ran_at"])
+            for k in range(self.levels):
+                n[f"at{k}"] = z3.If(due, at[k], n[f"at{k}"])
+            n["b"] = z3.If(due, bucket.raw, n["b"])
+            n = self.named_state(n, f"r{i}@{tag}", defs)
+            releases.append(due)
+            ranks.append(self.rank(n))
+        pending = z3.And(n["added"], z3.Not(n["ran"]), z3.Or(*[n[f"at{k}"] for k in range(self.levels)]))
+        still_due = z3.And(advancing, pending, self.long(n["b"]) <= target)
+        clocks = [ite(advancing, moved, c) for moved, c in zip(self.advance_clocks(clocks, self.long(moves[-1])),
+                                                                  clocks)]
+        for k in range(self.levels):
+            n[f"c{k}"] = clocks[k].raw
+        n["now"] = z3.If(advancing, to, s["now"])
+        return n, {"ran": z3.And(n["ran"], z3.Not(s["ran"])), "releases": releases, "due": still_due,
+                   "order": z3.And(*order), "ranks": ranks, "defs": defs}
+
+    def named_state(self, s: dict, tag: str, defs: list) -> dict:
+        """The entry's part of ``s`` as fresh constants, their definitions appended to ``defs``."""
+        out = dict(s)
+        for key in ("b", "ran_at", "ran", *(f"at{k}" for k in range(self.levels))):
+            out[key] = (z3.Bool if key in ("ran", *self.at_names) else z3.Int)(f"{key}.{tag}")
+            defs.append(out[key] == s[key])
+        return out
+
+    def rank(self, s: dict):
+        """The entry's ranking: 0 once run (or never added, or lost), else 1 + the level of its bucket."""
+        pending = z3.And(s["added"], z3.Not(s["ran"]))
+        return z3.If(pending, z3.Sum([z3.If(s[f"at{k}"], k + 1, 0) for k in range(self.levels)]), 0)
+
+    def command(self, s: dict, tag: str):
+        """A well-formed symbolic command in state s: (kind, delay, to, moves, constraint). Delays are accepted by
+        the model's guard (now + delay <= Long.MAX) and keep the entry inside the top level's window; advances go
+        forward; clock moves are at most the target (and, by the step's ``order``, at most the bucket released
+        next)."""
+        kind, delay, to = z3.Int(f"kind@{tag}"), z3.Int(f"delay@{tag}"), z3.Int(f"to@{tag}")
+        moves = [z3.Int(f"move{i}@{tag}") for i in range(self.levels + 1)]
+        now = self.long(s["now"])
+        constraint = z3.And(z3.Or(kind == ADD, kind == ADVANCE), delay >= 0, delay <= LONG_MAX,
+                            now.raw + delay <= LONG_MAX,
+                            z3.Implies(kind == ADD, self.window(now + self.long(delay), self.clocks(s))),
+                            to >= s["now"], to <= LONG_MAX, *[z3.And(m >= 0, m <= to) for m in moves])
+        return kind, delay, to, moves, constraint
+
+    # --- what the obligations say -----------------------------------------------------------------------------
+
+    def earliest(self, E):
+        """Kafka's declared firing window opens at the start of E's tick (up to tick - 1 ms early)."""
+        return E - E % self.u.raw
+
+    def invariant(self, s: dict):
+        """Clocks aligned and not ahead of now; the entry is in exactly one place once added (a bucket of one level,
+        or run) and nowhere before; its bucket expiration is a multiple of its level's tick, no later than E, within
+        one tick of it, and after that level's current tick; it fits the top level's window; if it ran, not before
+        its window opened."""
+        c = self.clocks(s)
+        E, b = self.long(s["E"]), self.long(s["b"])
+        places = [s["ran"], *[s[f"at{k}"] for k in range(self.levels)]]
+        parts = [self.aligned(s), s["c0"] <= s["now"], s["now"] <= LONG_MAX,
+                 z3.Implies(z3.Not(s["added"]), z3.Not(z3.Or(*places))),
+                 z3.Implies(s["added"], z3.And(z3.PbEq([(x, 1) for x in places], 1), s["E"] >= 0,
+                                               s["E"] <= LONG_MAX, self.window(E, c))),
+                 z3.Implies(s["ran"], s["ran_at"] >= self.earliest(s["E"]))]
+        for k, T in enumerate(self.ticks):
+            parts.append(z3.Implies(s[f"at{k}"], z3.And((b % T).eq(0), b <= E, E < b + T, b >= c[k] + T)))
+        return z3.And(*parts)
 
 
-@obligation("wheel.timing.not_late",
-            domain="u>=1, level tick T=u*m with m>=1 and T<=Long.MAX, 0<=E<=Long.MAX-u")
-def timing_not_late() -> Outcome:
-    """An entry runs no later than the first advance whose time is >= b = (E / u) * u: on every level its bucket
-    expiration (E / T) * T is at most b (T is a multiple of u), so whichever bucket holds it is due by then, and
-    the drain loop of that advance releases every bucket due at its time, including the finer buckets the entry
-    cascades into (not earlier than the released one, by wheel.cascade.ranking, and not later than b); when the
-    level-1 bucket b is released the clock becomes b and E < b + u, so level 1 refuses the entry and it runs. (Within
-    u of Long.MAX the sum b + u itself wraps and Kafka's refusal test fails: that is the window overflow of
-    wheel.kafka.interval_wraps, where the model's exact arithmetic takes over.)"""
-    (u, m, E), ranges = JINT.longs("u m E")
-    T = u * m
-    b1, bk = (E / u) * u, (E / T) * T
-    lem = lemmas(JINT)
-    x = (E / T) * m  # level k's virtual id in units of level-1 ticks
-    hyps = [ranges, u >= 1, m >= 1, no_overflow_mul(u, m), E >= 0, no_overflow_add(E, u),
-            lem.assoc(E / T, u, m), lem.floor_le(x, E, u), lem.mul_mono(x, E / u, u)]
-    goal = z3.And(bk <= b1, b1 <= E, E < b1 + u, bk >= 0)
-    results, ok = with_lemmas([lem.assoc, lem.floor_le, lem.mul_mono])
-    return verdict(prove(hyps, goal), METHOD_JINT + " + lemmas", results, ok)
+def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_BMC_DEPTH) -> Outcome:
+    """Check the step property ``prop(wheel, s, kind, to, n, happened)`` for every configuration: BMC from a fresh
+    wheel to ``depth`` commands (a violation there is a run: refuted), then induction on `SymbolicWheel.invariant`
+    with the property as the step goal (unsat: proved; a model there that BMC did not reach: not inductive)."""
+    start = time.perf_counter()
+    for tick, size, levels in CONFIGURATIONS:
+        fresh_z3_context()  # each configuration alone: z3's search is slower in a context full of earlier terms
+        wheel = SymbolicWheel(tick, size, levels, arithmetic)
+        sol = solver()
+        s = wheel.fresh("0")
+        sol.add(wheel.initial(s))
+        commands = []
+        for i in range(depth):
+            kind, delay, to, moves, constraint = wheel.command(s, str(i))
+            n, happened = wheel.step(s, kind, delay, to, moves, str(i))
+            fresh = wheel.fresh(str(i + 1))
+            sol.add(constraint, happened["order"], *happened["defs"], *[fresh[key] == n[key] for key in fresh])
+            commands.append((kind, delay, to))
+            goal = prop(wheel, s, kind, to, fresh, happened)
+            sol.push()
+            sol.add(z3.Not(goal))
+            result = sol.check()
+            if result == z3.sat:
+                model = sol.model()
+                run = [("add" if model.eval(k, model_completion=True).as_long() == ADD else "advance",
+                        model.eval(d, model_completion=True).as_long(), model.eval(t, model_completion=True).as_long())
+                       for k, d, t in commands]
+                start_ms = model.eval(wheel.fresh("0")["now"], model_completion=True).as_long()
+                steps = "; ".join(f"add(delay={d})" if k == "add" else f"advance({t})" for k, d, t in run)
+                return Outcome(REFUTED, f"BMC d={depth}",
+                               f"tick {tick}, wheel {size}, start {start_ms}: {steps}",
+                               witness={"tick_ms": tick, "wheel_size": size, "start_ms": start_ms, "run": run})
+            sol.pop()
+            if result != z3.unsat:
+                return Outcome(UNKNOWN, f"BMC d={depth}", f"tick {tick}, wheel {size}, {levels} levels, step {i + 1}: "
+                               f"z3 {sol.reason_unknown()}")
+            sol.add(goal)
+            s = fresh
+        s = wheel.fresh("s")
+        kind, delay, to, moves, constraint = wheel.command(s, "c")
+        n, happened = wheel.step(s, kind, delay, to, moves, "c")
+        for part, target in (("consecution", wheel.invariant(n)),
+                             ("step property", prop(wheel, s, kind, to, n, happened))):
+            answer = prove([wheel.invariant(s), constraint, happened["order"], *happened["defs"]], target)
+            if answer.status == REFUTED:
+                return Outcome(NOT_INDUCTIVE, "induction", f"tick {tick}, wheel {size}: {part} fails from a state "
+                               f"of the invariant, and BMC to {depth} found no run to it")
+            if answer.status != PROVED:
+                return verdict(answer, "induction", detail=f"tick {tick}, wheel {size}, {levels} levels: {part}")
+    return Outcome(PROVED, f"BMC d={depth} + induction",
+                   f"{len(CONFIGURATIONS)} configurations, {time.perf_counter() - start:.1f}s")
+
+
+@obligation("wheel.timing.not_early", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6, mutant=REFUSES_EARLY.bug)
+def timing_not_early(mutated: bool = False) -> Outcome:
+    """Nothing runs before its declared firing window opens. For Kafka's window (the default declaration, "kafka")
+    that is the start of the tick containing the entry's expiration E, floor(E / tick) * tick: an entry runs only
+    when level 1 refuses it — on add, or when a released bucket re-inserts it — and at that moment, whatever the
+    clocks' lag and whatever other buckets were released before, the run time is at least the start of E's tick.
+    Stated over the symbolic wheel (add, advance with its cascades): every step in which the entry runs has the
+    virtual now >= floor(E / tick) * tick. So a task runs at most tick - 1 ms early, and never early with tick 1."""
+    arithmetic = REFUSES_EARLY if mutated else KAFKA
+    return wheel_obligation(arithmetic, lambda w, s, kind, to, n, happened: z3.Implies(
+        happened["ran"], n["ran_at"] >= w.earliest(n["E"])))
+
+
+@obligation("wheel.timing.not_late", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6, mutant=ROUNDS_UP.bug)
+def timing_not_late(mutated: bool = False) -> Outcome:
+    """Nothing stays pending past an advance beyond its deadline: after advanceClock(to) with to at or after the
+    start of the entry's tick (so in particular with to >= E, the end of Kafka's declared window), the entry has
+    run. Stated over the symbolic wheel: the advance releases the entry's bucket (its expiration is at most the
+    start of E's tick on every level), each release re-inserts it lower, and the level-1 release refuses it, all
+    within the same advance, whatever the clocks' lag and the other buckets released."""
+    arithmetic = ROUNDS_UP if mutated else KAFKA
+    return wheel_obligation(arithmetic, lambda w, s, kind, to, n, happened: z3.Implies(
+        z3.And(kind == ADVANCE, n["added"], to >= w.earliest(n["E"])), n["ran"]))
+
+
+@obligation("wheel.advance.terminates", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6, mutant=STALE_CLOCKS.bug)
+def advance_terminates(mutated: bool = False) -> Outcome:
+    """An advance terminates: the entry's rank (0 once run, else 1 + the level of its bucket) strictly decreases at
+    every release of its bucket — the clocks move to the bucket's expiration b, which is a multiple of every finer
+    tick, so the entry, which lies in [b, b + T), fits the window of the level below or is refused and runs — and
+    after at most one release per level its bucket is no longer due. Each entry is therefore released at most
+    once per level in one advanceClock, and the drain loop ends (the buckets due at the target are finitely many)."""
+    arithmetic = STALE_CLOCKS if mutated else KAFKA
+
+    def ranking(w, s, kind, to, n, happened):
+        ranks = happened["ranks"]
+        decreasing = [z3.Implies(due, after < before)
+                      for due, before, after in zip(happened["releases"], ranks, ranks[1:])]
+        return z3.And(z3.Not(happened["due"]), *decreasing)
+
+    return wheel_obligation(arithmetic, ranking)
+
+
+@obligation("wheel.cascade.conservation", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6, mutant=DROPS_REFUSED.bug)
+def cascade_conservation(mutated: bool = False) -> Outcome:
+    """Entries are never lost or duplicated across a cascade: after every add and every advance (with all its
+    releases and re-insertions), an added entry is in exactly one place — the bucket of exactly one level, or run —
+    and an entry never added is nowhere. Stated over the symbolic wheel as a step property of every command."""
+    arithmetic = DROPS_REFUSED if mutated else KAFKA
+    return wheel_obligation(arithmetic, lambda w, s, kind, to, n, happened: z3.Implies(
+        n["added"], z3.PbEq([(x, 1) for x in (n["ran"], *[n[name] for name in w.at_names])], 1)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -545,8 +895,9 @@ def kafka_expiration_wraps() -> Outcome:
 
 
 @obligation("wheel.model.expiration_guard", kind="model",
-            domain="now in [0, Long.MAX], delay any long; Java sum (JINT) against the model's exact sum")
-def model_expiration_guard() -> Outcome:
+            domain="now in [0, Long.MAX], delay any long; Java sum (JINT) against the model's exact sum",
+            mutant="the model's guard accepts one past Long.MAX (now + delay <= Long.MAX + 1)")
+def model_expiration_guard(mutated: bool = False) -> Outcome:
     """The model accepts timer_add/watch exactly when now + delay <= Long.MAX in exact arithmetic. On every
     accepted input Java's wrapping sum equals the exact one (so the model and Kafka agree there), and on every
     rejected input Java's sum is negative (so the rejected inputs are exactly those where Kafka would run the task
@@ -554,7 +905,8 @@ def model_expiration_guard() -> Outcome:
     (now, delay), ranges = JINT.longs("now delay")
     java = now + delay
     exact = now.raw + delay.raw
-    goal = z3.And(z3.Implies(exact <= LONG_MAX, java.raw == exact), z3.Implies(exact > LONG_MAX, java < 0),
+    limit = LONG_MAX + 1 if mutated else LONG_MAX
+    goal = z3.And(z3.Implies(exact <= limit, java.raw == exact), z3.Implies(exact > limit, java < 0),
                   exact >= LONG_MIN)
     return verdict(prove([ranges, now >= 0], goal), "z3 NIA (Java vs exact)")
 
@@ -628,18 +980,19 @@ def kafka_interval_wraps() -> Outcome:
 
 @obligation("wheel.model.top_level_sound", kind="model",
             domain="the model's top level: T in [1, Long.MAX], 2<=n<=Int.MAX, aligned c in [0, Long.MAX], "
-                   "c + T*n > Long.MAX (exact), c+T <= E <= Long.MAX")
-def model_top_level() -> Outcome:
+                   "c + T*n > Long.MAX (exact), c+T <= E <= Long.MAX", mutant=ROUNDS_UP.bug)
+def model_top_level(mutated: bool = False) -> Outcome:
     """The model's choice for the levels where Kafka's interval wraps is sound: in exact arithmetic a level whose
     window c + T*n reaches beyond Long.MAX accepts every expiration E <= Long.MAX that it does not refuse, so no
     level is ever created above it, and its placements have the properties proved for Java levels: index in
     [0, n), c < b <= E, E - T < b, and no aliasing between entries of a live bucket (from the same lemmas, proved
     again in exact arithmetic)."""
+    arithmetic = ROUNDS_UP if mutated else KAFKA
     (u, n, c, E), hyps = placement_setting(EXACT, top=True)
     hyps = hyps[:2] + [z3.Not(E < c + u), E <= LONG_MAX]  # top level: the window test is what is being proved
-    _, slot, b = place(E, u, n)
+    _, slot, b = arithmetic.place(E, u, n)
     placed = prove(hyps, z3.And(E < c + u * n, slot >= 0, slot < n, c < b, b <= E, E - u < b))
-    alias, results, ok = aliasing_query(EXACT, top=True)
+    alias, results, ok = aliasing_query(EXACT, top=True, arithmetic=arithmetic)
     worst = placed if placed.status != PROVED else alias
     return verdict(worst, METHOD_EXACT + " + lemmas", results, ok)
 
@@ -657,7 +1010,7 @@ def mutant_bucket_rounded_up() -> Outcome:
     mutant runs the task late: the trace adds it and advances to the start of its tick, where the model (and
     Kafka) run it and the mutant does not."""
     (u, n, c, E), ranges = BV.longs("u n c E")
-    _, _, b = place_rounded_up(E, u, n)
+    _, _, b = ROUNDS_UP.place(E, u, n)
     constraints = [ranges, level_domain(u, n, c), accepted(E, c, u, n), u <= 10, n <= 8, c.eq(0), E <= 40,
                    z3.Not(b <= E)]
     answer = find(constraints)

@@ -31,11 +31,16 @@ def test_prove_json_and_traces(tmp_path):
     assert replayed.exit_code == 0, replayed.output
 
 
-def test_prove_table(tmp_path):
-    result = CliRunner().invoke(main, ["prove", "--jobs", "1", "--out", str(tmp_path), "--only", "wheel.timing.*"])
+def test_prove_table(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(main, ["prove", "--jobs", "1", "--only", "wheel.placement.*",
+                                       "--only", "mutant.wheel.*"])
     assert result.exit_code == 0, result.output
-    for text in ("wheel.timing.not_early", "wheel.timing.not_late", "proved", "domain"):
+    for text in ("wheel.placement.index_in_range", "wheel.placement.bucket_expiration", "proved", "its mutant",
+                 "refuted", "domain"):
         assert text in result.output
+    assert list(tmp_path.iterdir()) == [], "traces go to a temporary directory unless --out is given"
+    assert "kpurgatory-prove-" in result.output
 
 
 def test_prove_rejects_an_unknown_pattern():
