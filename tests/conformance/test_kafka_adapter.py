@@ -22,15 +22,25 @@ OUTSIDE_THE_DOMAIN = ("model.domain.delay-out-of-range", "model.domain.watch-del
                       "model.domain.overflow-chain-top-level")
 
 
+@pytest.fixture(scope="module", autouse=True)
+def adapter_cache(tmp_path_factory):
+    """run.sh compiles the adapter into a fresh cache, not the user's."""
+    os.environ["KPURGATORY_CACHE"] = str(tmp_path_factory.mktemp("cache"))
+    yield
+    del os.environ["KPURGATORY_CACHE"]
+
+
+def over(sources: Path, classes: Path) -> str:
+    """Compiles the stand-ins in ``sources`` into ``classes``, and the adapter against them (run.sh with no input
+    compiles, starts and exits), so no check waits for javac; returns the adapter's command."""
+    subprocess.run(["javac", "-nowarn", "-d", str(classes), *map(str, sorted(sources.glob("**/*.java")))], check=True)
+    subprocess.run([EXAMPLE / "run.sh", classes], stdin=subprocess.DEVNULL, check=True)
+    return f"{EXAMPLE / 'run.sh'} {classes}"
+
+
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory) -> str:
-    """The adapter's command over the compiled stand-ins; run.sh compiles the adapter itself into a fresh cache."""
-    standins = tmp_path_factory.mktemp("standins")
-    subprocess.run(["javac", "-nowarn", "-d", str(standins), *map(str, sorted(EXAMPLE.glob("standins/**/*.java")))],
-                   check=True)
-    os.environ["KPURGATORY_CACHE"] = str(tmp_path_factory.mktemp("cache"))
-    yield f"{EXAMPLE / 'run.sh'} {standins}"
-    del os.environ["KPURGATORY_CACHE"]
+    return over(EXAMPLE / "standins", tmp_path_factory.mktemp("standins"))
 
 
 def start(adapter: str) -> subprocess.Popen:
@@ -84,10 +94,27 @@ def test_outside_the_models_domain_the_adapter_shows_kafkas_behaviour_unmasked(a
     assert "delay_out_of_range" in result.output and result.output.strip().endswith("0 passed, 1 failed")
 
 
-def test_the_concurrent_check_passes_through_kafkas_locks(adapter, tmp_path):
-    result = CliRunner().invoke(main, ["check", "--adapter", adapter, "--threads", "4", "--examples", "8",
+def test_the_concurrent_check_and_its_race_schedules_pass_through_kafkas_locks(adapter, tmp_path):
+    result = CliRunner().invoke(main, ["check", "--adapter", adapter, "--threads", "4", "--examples", "3",
                                        "--seed", "1", "--out", str(tmp_path)], terminal_width=200)
     assert result.exit_code == 0, result.output
+    assert "ran while another did" in result.output
+
+
+def test_a_build_whose_check_tries_completed_ops_is_caught_by_a_race_schedule(tmp_path):
+    """KAFKA-17848's guard removed: safeTryComplete calls tryComplete even on an op that completed (under its lock)
+    while the check waited for that lock. Only a race shows it; a schedule makes that race happen every time."""
+    sources = tmp_path / "standins"
+    shutil.copytree(EXAMPLE / "standins", sources)
+    operation = sources / "org/apache/kafka/server/purgatory/DelayedOperation.java"
+    guarded = "return !isCompleted() && tryComplete();"
+    assert guarded in operation.read_text()
+    operation.write_text(operation.read_text().replace(guarded, "return tryComplete();"))
+    result = CliRunner().invoke(main, ["check", "--adapter", over(sources, tmp_path / "classes"), "--threads", "4",
+                                       "--examples", "1", "--seed", "1", "--out", str(tmp_path / "out")],
+                                terminal_width=200)
+    assert result.exit_code == 1, result.output
+    assert "(KAFKA-17848)" in result.output
 
 
 def test_a_start_barrier_holds_its_requests_until_every_party_arrived(adapter):
