@@ -7,8 +7,9 @@ subclass whose message says which way, where, and what the adapter last said on 
 time (`AdapterTimedOut`, then it is killed), wrote a line that is not JSON within the codec's limits
 (`AdapterGarbage`: `codec.decode_line`, the reader every trace goes through), wrote JSON that breaks the protocol
 (`ProtocolViolation`: schema, seq echo, lifecycle), or said it could not execute a request (`AdapterFailed`, the
-protocol's ``failure`` response). After any of them the system is dead: the process group is killed and every later
-call raises the same error.
+protocol's ``failure`` response). After any of them but the last the system is dead (``broken``): the process group is
+killed and every later call raises the same error. A ``failure`` ends the run, not the adapter: the next ``init``
+starts a fresh one, as the protocol says, so a system that throws on some input is not restarted for every run.
 
 The harness owns the adapter's whole process tree: the adapter starts in a new session, so it and everything it
 forks share one process group, and that group is killed on every way out — `close` after a normal end, any break,
@@ -257,7 +258,7 @@ class SubprocessSystem:
             raise self._break(ProtocolViolation(f"response seq {response['seq']} to {what}: responses must echo "
                                                 f"their request's seq"))
         if "failure" in response:
-            raise self._break(AdapterFailed(f"{what}: {response['failure']}", self._stderr()))
+            raise AdapterFailed(f"{what}: {response['failure']}", self._stderr())
         return response
 
     def _crashed(self, what: str) -> AdapterError:

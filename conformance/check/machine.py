@@ -19,8 +19,12 @@ its maximum deadline. Whether a run ends
 with ``shutdown`` is decided up front and done in teardown, since no command may follow it.
 
 `Session` is what outlives one example: the system (initialised afresh per example), the coverage and counts of the
-check. A system that breaks the channel (`AdapterError`: crashed, hung, garbage) raises `Abort`, which ends the check
-at once: re-running a broken process for every shrink attempt would cost a timeout each and prove nothing.
+check, and the signatures already reported (`conformance.check.findings`). A step whose system fails to answer —
+raises, crashes, hangs past its time limit, breaks the protocol — fails like a divergence, with a signature of its
+own, and Hypothesis shrinks it the same way; a dead system (crashed, hung) is replaced by a fresh one (`Session.renew`)
+before the next example, so it never poisons the runs after it. A run that fails with a signature already reported
+ends there and passes: exploration goes on to other bugs (`conformance.check.sequential.explore`). Only a system
+that cannot be made afresh raises `Abort`, which ends the check.
 """
 
 from __future__ import annotations
@@ -32,42 +36,56 @@ import attrs
 from hypothesis import strategies as st
 from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, precondition, rule
 
-from kpurgatory.conformance.check import strategies
+from kpurgatory.conformance.check import findings, strategies
 from kpurgatory.conformance.adapters.subprocess import AdapterError
+from kpurgatory.conformance.check.findings import Finding, Signature
 from kpurgatory.conformance.check.coverage import Before, Coverage, entry_places
 from kpurgatory.conformance.traces.replay import SYSTEM, StepChecker, StepOutcome, format_command
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.traces.codec import Header, Step, Trace
 from kpurgatory.model import Model
+from kpurgatory.model.machine import CommandError
 from kpurgatory.model import vocabulary as v
+
+
+#: while a hang is shrunk, a call that takes HANG_FACTOR times the slowest answer seen so far (and at least
+#: HANG_FLOOR_S) counts as hung; the shrunk run is then confirmed with the full limit
+HANG_FACTOR = 20
+HANG_FLOOR_S = 0.25
 
 
 class Stop(BaseException):
     """Base of the ways an example ends early. ``steps`` are the commands run with the model's observations (the
     last one is the command that failed), ``outcomes`` what the system did for each step it completed; ``error``
-    is set when the system failed to answer rather than answered wrongly (as in a `ReplayReport`)."""
+    is set when the system failed to answer rather than answered wrongly (as in a `ReplayReport`). ``signature``
+    groups it with the failures that are the same bug; ``finding`` is set when it is one of Kafka's known
+    misbehaviours."""
 
-    def __init__(self, params: v.Params, steps: list[Step], outcomes: list[StepOutcome], summary: str,
-                 error: str | None = None):
+    def __init__(self, params: v.Params | None, steps: list[Step], outcomes: list[StepOutcome], summary: str,
+                 signature: Signature, error: str | None = None, finding: Finding | None = None):
         super().__init__(summary)
         self.params, self.summary, self.error = params, summary, error
+        self.signature, self.finding = signature, finding
         self.steps, self.outcomes = list(steps), list(outcomes)
 
 
 class Divergence(Stop, Exception):
-    """The system disagreed with the model or broke the contract at the last step: a failure to shrink."""
+    """The system disagreed with the model, broke the contract or failed to answer at the last step: a failure to
+    shrink."""
 
 
 class Abort(Stop):
-    """The system could not be driven (an `AdapterError`). Not an Exception, so Hypothesis neither shrinks nor
-    retries it: it ends the whole check with the partial run."""
+    """The system could not be made afresh (its factory or hello failed). Not an Exception, so Hypothesis neither
+    shrinks nor retries it: it ends the whole check."""
 
 
 @attrs.define(eq=False)
 class Session:
-    """One check of one profile: the system and what the examples so far reached. Counts stop at the first failure;
-    what runs after it is shrinking (``shrink_runs``)."""
+    """One check of one profile: the system and what the examples so far reached. A check explores in rounds, each
+    ending at a new failure that Hypothesis then shrinks; counts stop at a round's failure, and what runs after it
+    is shrinking (``shrink_runs``)."""
 
+    factory: Callable[[], SystemUnderTest]
     system: SystemUnderTest
     hello: Hello
     profile: str
@@ -79,23 +97,65 @@ class Session:
     shrink_runs: int = 0
     started: float = attrs.field(factory=time.monotonic)
     first_failure_s: float | None = None
-    #: the example that failed first is over: what runs now is Hypothesis shrinking it
+    #: this round's first failing example is over: what runs now is Hypothesis shrinking it
     shrinking: bool = False
-    #: the shortest divergence seen, for when the final replay of the shrunk one does not reproduce it (flaky)
+    failing: bool = False
+    #: the shortest divergence of this round, for when the final replay of the shrunk one does not reproduce it
     shortest: Divergence | None = None
+    #: this round's first failure, as found (before shrinking)
+    first: Divergence | None = None
+    #: signatures reported so far -> how many later runs failed with them again (and passed, so as to go on)
+    known: dict[Signature, int] = attrs.Factory(dict)
+    #: the slowest answer to a command so far, in seconds
+    slowest_s: float = 0.0
+    #: while a hang is shrunk: the shorter time limit each call gets (`HANG_FACTOR`)
+    shrink_limit: float | None = None
+    #: the system's own time limit per call (None: it has none)
+    own_limit: float | None = attrs.field(init=False)
 
     def __attrs_post_init__(self) -> None:
         self.coverage = Coverage(self.profile)
+        self.own_limit = getattr(self.system, "timeout", None)
 
-    @property
-    def failing(self) -> bool:
-        return self.first_failure_s is not None
+    def new_round(self) -> None:
+        self.failing = self.shrinking = False
+        self.shortest = self.first = None
+        self.limit_calls(None)
 
     def failed(self, stop: Stop) -> None:
-        if not self.failing:
+        if self.first_failure_s is None:
             self.first_failure_s = time.monotonic() - self.started
+        if not self.failing:
+            self.first = stop
+            if stop.signature.kind == "hung":
+                self.limit_calls(max(HANG_FLOOR_S, HANG_FACTOR * self.slowest_s))
+        self.failing = True
         if isinstance(stop, Divergence) and (self.shortest is None or len(stop.steps) <= len(self.shortest.steps)):
             self.shortest = stop
+
+    def limit_calls(self, limit: float | None) -> None:
+        """Shrinking a hang costs the time limit for every attempt that hangs, so meanwhile each call gets
+        ``limit`` (when shorter than the system's own); None restores the system's own limit."""
+        self.shrink_limit = limit
+        if self.own_limit is not None:
+            self.system.timeout = self.own_limit if limit is None else min(limit, self.own_limit)
+
+    def renew(self, params: v.Params) -> None:
+        """A fresh system in place of a dead one (``broken``: a crashed, hung or garbled adapter, a hung in-process
+        system); one that raised or answered ``failure`` is only initialised afresh, as after any run."""
+        if getattr(self.system, "broken", None) is None:
+            return
+        try:
+            self.system.close()
+        except Exception:  # noqa: S110 - it already failed; its replacement is what matters
+            pass
+        try:
+            self.system = self.factory()
+            self.system.hello()
+        except Exception as error:
+            summary = f"could not make a fresh system after a failure: {error}"
+            raise Abort(params, [], [], summary, Signature("restart failed", "", ""), summary) from None
+        self.limit_calls(self.shrink_limit)
 
     def example_done(self, steps: int) -> None:
         if self.shrinking:
@@ -136,34 +196,56 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.gaps = strategies.gaps(params)
         self.reads = st.sampled_from([command for command in self.READS
                                       if v.supported(command, session.hello.features)])
-        self.attempt(lambda: session.system.init(self.profile, params), "init")
+        session.renew(params)
+        try:
+            session.system.init(self.profile, params)
+        except Exception as error:
+            self.failed_to_answer(None, None, error)
 
     def execute(self, command: v.Command) -> None:
+        """Run ``command`` on the model and the system and check the system's observation. After a failure the run
+        is over: the rest of its rules do nothing."""
+        if self.stopped:
+            return
         session = self.session
         before = None if session.failing else Before.of(self.model, command)
         expected = self.model.step(command)
         self.steps.append(Step(len(self.steps) + 1, command, expected))
-        observed = self.attempt(lambda: session.system.step(command), f"step {len(self.steps)}")
+        called = time.monotonic()
+        try:
+            observed = session.system.step(command)
+        except Exception as error:
+            self.failed_to_answer(command, expected, error)
+            return
+        session.slowest_s = max(session.slowest_s, time.monotonic() - called)
         failures = self.checker.check(command, expected, observed)
         self.outcomes.append(StepOutcome(len(self.steps), command, expected, None, observed, tuple(failures)))
         if before is not None:
             session.coverage.record(self.model, command, expected, before)
         if failures:
-            self.stop(Divergence, f"step {len(self.steps)} ({format_command(command)}): "
-                                  + "; ".join(map(str, failures)))
+            self.fail(f"step {len(self.steps)} ({format_command(command)}): " + "; ".join(map(str, failures)),
+                      findings.failure_signature(command, failures[0].what), command, expected, observed, None)
 
-    def attempt(self, call: Callable[[], v.Observation | None], where: str) -> v.Observation | None:
-        """Run one call into the system; what it raises ends the example (`Abort` for a broken adapter)."""
-        try:
-            return call()
-        except AdapterError as error:
-            self.stop(Abort, f"{where}: system failed: {error}", failed=True)
-        except Exception as error:  # the system's own exception: a failure like any other, and shrinkable
-            self.stop(Divergence, f"{where}: system failed: {type(error).__name__}: {error}", failed=True)
+    def failed_to_answer(self, command: v.Command | None, expected: v.Observation | None, error: Exception) -> None:
+        """The system raised, or its adapter broke (`AdapterError`), in ``command`` (None: in init): a failure like
+        any other, and shrinkable."""
+        described = str(error) if isinstance(error, AdapterError) else f"{type(error).__name__}: {error}"
+        at, where = ("init", "init") if command is None else (f"step {len(self.steps)}", command.name)
+        self.fail(f"{at}: system failed: {described}", findings.error_signature(where, error), command, expected,
+                  None, error)
 
-    def stop(self, kind: type[Stop], summary: str, failed: bool = False) -> None:
+    def fail(self, summary: str, signature: Signature, command: v.Command | None, expected: v.Observation | None,
+             observed: v.Observation | None, error: Exception | None) -> None:
+        """End the run at a failure: raise it for Hypothesis to shrink, unless its signature is already reported."""
         self.stopped = True
-        stop = kind(self.params, self.steps, self.outcomes, summary, summary if failed else None)
+        finding = findings.recognise(self.model, command, expected, observed, error)
+        if finding is not None:
+            signature, summary = finding.signature, f"{finding}. {summary}"
+        if signature in self.session.known:
+            self.session.known[signature] += 1
+            return
+        stop = Divergence(self.params, self.steps, self.outcomes, summary, signature,
+                          summary if error is not None else None, finding)
         self.session.failed(stop)
         raise stop
 
@@ -351,3 +433,48 @@ def machine_class(session: Session) -> type[ConformanceMachine]:
     """The profile's machine bound to ``session`` (Hypothesis instantiates the class once per example)."""
     base = MACHINES[session.profile]
     return type(base.__name__, (base,), {"session": session})
+
+
+def rerun(session: Session, params: v.Params, commands: list[v.Command]) -> Divergence | None:
+    """Run ``commands`` from ``params`` as one example, outside Hypothesis; the new failure it ends in, if any (None
+    also when a command is malformed for the model, or the run fails with a signature already reported)."""
+    machine = machine_class(session)()
+    try:
+        machine.begin(params, ends_with_shutdown=False)
+        for command in commands:
+            machine.execute(command)
+    except Divergence as stop:
+        return stop
+    except CommandError:
+        return None
+    return None
+
+
+def minimise(session: Session, stop: Divergence) -> Divergence:
+    """``stop`` with every step deleted whose deletion keeps its signature (each step tried once, last first):
+    Hypothesis's shrinker works on the choices that made the run and now and then leaves a step it could not
+    delete without changing another; the run's own commands can always be tried without it."""
+    position = len(stop.steps) - 2
+    while position >= 0:
+        commands = [step.command for step in stop.steps]
+        again = rerun(session, stop.params, commands[:position] + commands[position + 1:])
+        session.shrink_runs += 1
+        if again is not None and again.signature == stop.signature and len(again.steps) < len(stop.steps):
+            stop = again
+            position = min(position, len(stop.steps) - 1)
+        position -= 1
+    return stop
+
+
+def confirm(session: Session, stop: Divergence) -> Divergence:
+    """A hang shrunk under the shorter limit, re-run with the system's own: it if it still hangs, else the round's
+    first failure (which hung under the full limit)."""
+    if session.shrink_limit is None or stop.signature.kind != "hung":
+        return stop
+    session.limit_calls(None)
+    again = rerun(session, stop.params, [step.command for step in stop.steps])
+    if again is not None and again.signature == stop.signature:
+        return again
+    first = session.first
+    first.summary += " (not shrunk: the shrunk run did not hang under the full time limit)"
+    return first

@@ -4,8 +4,10 @@
 (`conformance.check.machine`), deterministically from ``seed``, and returns a `CheckResult`. On a failure the result
 carries the shrunk counterexample as a trace of the model's observations — a test vector that
 ``kpurgatory replay TRACE --impl/--adapter`` reproduces and anyone can read — and the step table of the system
-against the model at the step where they part. A system that breaks the protocol (crash, hang, garbage) ends the
-check at once; its partial run is the counterexample, unshrunk.
+against the model at the step where they part. A system that raises, crashes, hangs or breaks the protocol fails like
+a divergence and is shrunk the same way. The check goes on past a failure: it reports each distinct failure (by
+`findings.Signature`) with its own shrunk counterexample, up to a cap, and lists Kafka's known misbehaviours
+(`findings.FINDINGS`) apart, as findings that pass unless asked otherwise.
 
 The command checks the built-in implementation on both profiles unless told otherwise, shows progress, a summary
 and the coverage reached, writes counterexamples to ``--out`` and optionally a JUnit report, and exits 1 on any
@@ -16,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import itertools
 import random
 import shlex
 import sys
@@ -36,10 +39,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kpurgatory.conformance.adapters import BUILTIN, one_target, system_factory
-from kpurgatory.conformance.adapters.subprocess import AdapterError
+from kpurgatory.conformance.adapters.subprocess import AdapterError, SubprocessSystem
+from kpurgatory.conformance.adapters.timed import TimedSystem
 from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.cli import Interrupted
-from kpurgatory.conformance.check.machine import Abort, Session, Stop, machine_class
+from kpurgatory.conformance.check.findings import Finding, Signature
+from kpurgatory.conformance.check.machine import Abort, Session, Stop, confirm, machine_class, minimise
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.terminal import markup, safe
@@ -50,14 +55,37 @@ from kpurgatory.model import vocabulary as v
 #: the default budget per profile: about 20 s of CPU each for the built-in implementation (kpurgatory check)
 DEFAULT_EXAMPLES = 500
 DEFAULT_STEPS = 60
+#: how many distinct failures one check reports before it stops exploring (kpurgatory check --max-failures)
+DEFAULT_MAX_FAILURES = 5
+#: seconds one call into the system may take before it counts as hung (kpurgatory check --timeout)
+DEFAULT_TIMEOUT_S = 10.0
+
+
+@attrs.frozen
+class Found:
+    """One distinct failure or finding: its signature, the shrunk run (for a system that could not be made afresh:
+    the run so far, and ``shrunk_length`` is None) and the system's run of it against the model (``report``, for
+    `replay.print_report`); ``repeats`` counts the later runs that failed with the same signature. ``write_error``
+    says why the counterexample could not be written to out_dir."""
+
+    signature: Signature
+    summary: str
+    counterexample: Trace
+    report: ReplayReport
+    shrunk_length: int | None
+    finding: Finding | None = None
+    repeats: int = 0
+    trace_path: Path | None = None
+    table_path: Path | None = None
+    write_error: str | None = None
 
 
 @attrs.frozen
 class CheckResult:
     """The verdict of one profile's check. ``coverage`` maps every coverage item of the profile to how often the
-    model's state reached it; ``counterexample`` is the shrunk failing run (for a broken adapter: the run up to
-    the break, not shrunk, and ``shrunk_length`` is None); ``report`` is the system's run of it against the
-    model, for `replay.print_report`."""
+    model's state reached it. ``failures`` and ``findings`` (Kafka's known misbehaviours) hold each distinct one
+    found, shrunk; the fields from ``failure_summary`` to ``table_path`` and ``write_error`` repeat the first of
+    what failed the check, for callers that want one counterexample."""
 
     passed: bool
     profile: str
@@ -82,34 +110,44 @@ class CheckResult:
     broken: bool = False
     #: why the counterexample could not be written to out_dir (it is then in ``counterexample`` only)
     write_error: str | None = None
+    failures: tuple[Found, ...] = ()
+    findings: tuple[Found, ...] = ()
 
     def failure_report(self) -> str:
-        """The failure as plain text: what, the step table, and where the counterexample is."""
+        """What failed the check as plain text: each failure, its step table, and where its counterexample is."""
         lines = [f"{self.implementation} fails the {self.profile} profile at level {self.level} (seed {self.seed}): "
                  f"{self.failure_summary}"]
-        if self.report is not None:
-            lines.append(render(self.report))
-        if self.trace_path is not None:
-            lines.append(f"counterexample: {self.trace_path}")
+        for found in self.failures or self.findings:
+            if len(self.failures or self.findings) > 1:
+                lines.append(f"--- {found.signature}: {found.summary}")
+            lines.append(render(found.report))
+            if found.trace_path is not None:
+                lines.append(f"counterexample: {found.trace_path}")
         return "\n".join(lines)
 
 
 def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, level: str = "exact",
               examples: int = DEFAULT_EXAMPLES, steps: int = DEFAULT_STEPS, seed: int | None = None,
-              out_dir: str | Path | None = None,
-              on_example: Callable[[Session], None] | None = None) -> CheckResult:
-    """Check the systems ``system_factory`` makes (one, initialised afresh for each example) on ``profile``.
+              out_dir: str | Path | None = None, on_example: Callable[[Session], None] | None = None,
+              timeout: float | None = DEFAULT_TIMEOUT_S, max_failures: int = DEFAULT_MAX_FAILURES,
+              fail_on_findings: bool = False) -> CheckResult:
+    """Check the systems ``system_factory`` makes (one, initialised afresh for each example, and made afresh after
+    it died) on ``profile``.
 
     ``examples`` runs of up to ``steps`` commands are generated from ``seed`` (a fresh random one when None; the
-    result says which), so the same seed and system give the same result. With ``out_dir`` a counterexample is
-    written there as ``check-PROFILE-SEED.jsonl`` plus its step table as ``.txt`` and its page (`traces.view`) as
-    ``.html``. ``on_example`` is called after every example with the `Session` (examples, steps, coverage,
-    shrink_runs so far) for progress displays."""
+    result says which), so the same seed and system give the same result. Up to ``max_failures`` distinct failures
+    are shrunk and reported, and every Kafka finding met; findings fail the check only with ``fail_on_findings``.
+    An in-process system's calls are limited to ``timeout`` seconds each (a subprocess adapter has its own).
+    With ``out_dir`` each counterexample is written there as a trace, its step table as ``.txt`` and its page
+    (`traces.view`) as ``.html``: the first failure as ``check-PROFILE-SEED.jsonl``, the next ones
+    ``check-PROFILE-SEED-N.jsonl``, findings ``finding-PROFILE-SEED-NAME.jsonl``. ``on_example`` is called after
+    every example with the `Session` (examples, steps, coverage, shrink_runs so far) for progress displays."""
     if profile not in v.PROFILES or level not in LEVELS:
         raise ValueError(f"profile must be one of {v.PROFILES} and level one of {LEVELS}; got {profile!r}, {level!r}")
     seed = random.randrange(2**32) if seed is None else seed
     started = time.monotonic()
-    system = system_factory()
+    factory = time_limited(system_factory, timeout)
+    system, session = factory(), None
     try:
         try:
             hello = system.hello()
@@ -118,37 +156,67 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
                                  f"hello: system failed: {error}")
         if profile not in hello.profiles:
             raise ValueError(f"{hello.implementation} implements {', '.join(hello.profiles)}, not {profile}")
-        session = Session(system, hello, profile, level, on_example)
-        stop = explore(session, examples, steps, seed)
+        session = Session(factory, system, hello, profile, level, on_example)
+        stops = explore(session, examples, steps, seed, max_failures)
     finally:
-        system.close()
+        (system if session is None else session.system).close()
+    failures: list[Found] = []
+    found_findings: list[Found] = []
+    for stop in stops:
+        listed = found_findings if stop.finding is not None else failures
+        trace_id = (f"finding-{profile}-{seed}-{stop.finding.name}" if stop.finding is not None else
+                    f"check-{profile}-{seed}" + (f"-{len(failures) + 1}" if failures else ""))
+        listed.append(reported(stop, trace_id, session.known.get(stop.signature, 0), hello, profile, level, seed,
+                               out_dir))
     summary = dict(profile=profile, level=level, seed=seed, implementation=hello.implementation,
                    examples_run=session.examples, steps_run=session.steps,
                    distinct_states=len(session.coverage.states), coverage=session.coverage.report(),
-                   elapsed_s=time.monotonic() - started, shrink_runs=session.shrink_runs)
-    if stop is None:
+                   elapsed_s=time.monotonic() - started, shrink_runs=session.shrink_runs,
+                   failures=tuple(failures), findings=tuple(found_findings),
+                   time_to_first_failure_s=session.first_failure_s)
+    failing = failures + (found_findings if fail_on_findings else [])
+    if not failing:
         return CheckResult(True, **summary)
-    trace_id = f"check-{profile}-{seed}"
+    first = failing[0]
+    return CheckResult(False, **summary, failure_summary=first.summary, counterexample=first.counterexample,
+                       report=first.report, shrunk_length=first.shrunk_length, trace_path=first.trace_path,
+                       table_path=first.table_path, write_error=first.write_error,
+                       broken=all(found.report.error is not None for found in failing))
+
+
+def time_limited(factory: Callable[[], SystemUnderTest], timeout: float | None) -> Callable[[], SystemUnderTest]:
+    """``factory`` with its in-process systems' calls limited to ``timeout`` seconds (`TimedSystem`)."""
+    if timeout is None:
+        return factory
+
+    def make() -> SystemUnderTest:
+        system = factory()
+        return system if isinstance(system, SubprocessSystem) else TimedSystem(system, timeout)
+
+    return make
+
+
+def reported(stop: Stop, trace_id: str, repeats: int, hello: Hello, profile: str, level: str, seed: int,
+             out_dir: str | Path | None) -> Found:
+    """``stop`` as a reported failure or finding: its run as a trace of the model's observations and the system's
+    answers, written to ``out_dir`` (when given) with its step table and page."""
     description = (f"counterexample from `kpurgatory check --profile {profile} --level {level} --seed {seed}` "
                    f"against {hello.implementation}: {stop.summary}")
     counterexample = Trace(Header(trace_id, profile, stop.params, description=description,
                                   declarations=hello.declarations), with_answers(stop))
     report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error, stop.error is not None)
-    trace_path = table_path = write_error = None
-    if out_dir is not None:
-        try:
-            trace_path = write_traces(Path(out_dir) / f"{trace_id}.jsonl", counterexample)
-            table_path = trace_path.with_suffix(".txt")
-            table_path.write_text(render(report))
-            write_view(trace_path.with_suffix(".html"), counterexample, [report])
-        except OSError as error:
-            trace_path = table_path = None
-            write_error = f"cannot write the counterexample to {out_dir}: {error}"
-    return CheckResult(False, **summary, failure_summary=stop.summary, counterexample=counterexample,
-                       report=report, time_to_first_failure_s=session.first_failure_s,
-                       shrunk_length=None if isinstance(stop, Abort) else len(stop.steps),
-                       trace_path=trace_path, table_path=table_path, broken=stop.error is not None,
-                       write_error=write_error)
+    found = Found(stop.signature, stop.summary, counterexample, report,
+                  None if isinstance(stop, Abort) else len(stop.steps), stop.finding, repeats)
+    if out_dir is None:
+        return found
+    try:
+        trace_path = write_traces(Path(out_dir) / f"{trace_id}.jsonl", counterexample)
+        table_path = trace_path.with_suffix(".txt")
+        table_path.write_text(render(report))
+        write_view(trace_path.with_suffix(".html"), counterexample, [report])
+    except OSError as error:
+        return attrs.evolve(found, write_error=f"cannot write the counterexample to {out_dir}: {error}")
+    return attrs.evolve(found, trace_path=trace_path, table_path=table_path)
 
 
 @contextlib.contextmanager
@@ -179,26 +247,51 @@ def with_answers(stop: Stop) -> list[Step]:
     return [attrs.evolve(step, system=answers.get(step.seq)) for step in stop.steps]
 
 
-def explore(session: Session, examples: int, steps: int, seed: int) -> Stop | None:
-    """Run the state machine; the shrunk divergence or the abort that ended it, or None when every example passed."""
-    settings = hypothesis.settings(
-        max_examples=examples, stateful_step_count=steps, database=None, deadline=None, derandomize=False,
-        suppress_health_check=list(HealthCheck), report_multiple_bugs=False, verbosity=Verbosity.quiet,
-        phases=(Phase.explicit, Phase.generate, Phase.shrink), print_blob=False,
-    )
-    try:
-        with installation_independent():
-            run_state_machine_as_test(hypothesis.seed(seed)(machine_class(session)), settings=settings)
-    except Stop as stop:
-        return stop
-    except Flaky:
-        if session.shortest is None:
-            raise
-        stop = session.shortest
-        stop.summary += (" (did not reproduce when Hypothesis replayed it: is the system deterministic? this is the "
-                         "shortest failing run seen)")
-        return stop
-    return None
+def explore(session: Session, examples: int, steps: int, seed: int, max_failures: int) -> list[Stop]:
+    """Run the state machine in rounds; the shrunk failures and findings, in the order found.
+
+    Hypothesis stops at the first failing example and shrinks it; it cannot go on past a failure within one run
+    (``report_multiple_bugs`` tells bugs apart by exception type and line, and all of ours raise at one line, and it
+    stops generating soon after a failure). So each round ends at one new failure, shrunk; its signature is then
+    known, and the next round, from a seed derived from ``seed`` and the round, runs the rest of the budget with
+    runs that fail with a known signature passing. Each round's failure is then minimised by deleting steps
+    (`machine.minimise`) and, for a hang shrunk under a shorter time limit, confirmed under the full one
+    (`machine.confirm`). Rounds end when the budget is spent, a round passes, ``max_failures`` failures are found
+    (findings do not count: there are few kinds), or the system cannot be made afresh (`Abort`)."""
+    found: list[Stop] = []
+    for round_number in itertools.count():
+        remaining = examples - session.examples
+        if remaining <= 0 or sum(stop.finding is None for stop in found) >= max_failures:
+            break
+        settings = hypothesis.settings(
+            max_examples=remaining, stateful_step_count=steps, database=None, deadline=None, derandomize=False,
+            suppress_health_check=list(HealthCheck), report_multiple_bugs=False, verbosity=Verbosity.quiet,
+            phases=(Phase.explicit, Phase.generate, Phase.shrink), print_blob=False,
+        )
+        round_seed = seed if round_number == 0 else random.Random(f"{seed}/{round_number}").randrange(2**32)
+        session.new_round()
+        note = ""
+        try:
+            with installation_independent():
+                run_state_machine_as_test(hypothesis.seed(round_seed)(machine_class(session)), settings=settings)
+        except Stop as raised:
+            stop = raised
+        except Flaky:
+            if session.shortest is None:
+                raise
+            stop = session.shortest
+            note = (" (did not reproduce when Hypothesis replayed it: is the system deterministic? this is the "
+                    "shortest failing run seen)")
+        else:
+            break
+        if isinstance(stop, Abort):
+            found.append(stop)
+            break
+        stop = confirm(session, minimise(session, stop))
+        stop.summary += note
+        found.append(stop)
+        session.known[stop.signature] = 0
+    return found
 
 
 def render(report: ReplayReport) -> str:
@@ -256,12 +349,12 @@ def summary_table(results: list[CheckResult]) -> Table:
     first = results[0]
     table = Table(title=f"{markup(first.implementation)} against the model (level {first.level}, seed {first.seed})",
                   caption="states: distinct shapes of the model's state visited; coverage: items reached")
-    for column in ("profile", "verdict", "examples", "steps", "states", "coverage", "time"):
+    for column in ("profile", "verdict", "failures", "findings", "examples", "steps", "states", "coverage", "time"):
         table.add_column(column, justify="left" if column in ("profile", "verdict") else "right", no_wrap=True)
     for result in results:
         reached = sum(count > 0 for count in result.coverage.values())
         table.add_row(result.profile, "[green]pass[/]" if result.passed else "[bold red]FAIL[/]",
-                      str(result.examples_run), str(result.steps_run), str(result.distinct_states),
+                      str(len(result.failures)), str(len(result.findings)), str(result.examples_run), str(result.steps_run), str(result.distinct_states),
                       f"{reached}/{len(result.coverage)}", f"{result.elapsed_s:.0f} s")
     return table
 
@@ -319,8 +412,8 @@ def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
 
 
 def check_profile(console: Console, factory: Callable[[], SystemUnderTest], profile: str, level: str, examples: int,
-                  steps: int, seed: int, out: Path, results: list[CheckResult]) -> None:
-    """`run_check` of one profile with a progress bar; its result is appended to ``results``."""
+                  steps: int, seed: int, out: Path, results: list[CheckResult], **options) -> None:
+    """`run_check` of one profile (with ``options``) with a progress bar; its result is appended to ``results``."""
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[detail]}"), TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task(f"{profile:9}", total=examples, detail="")
@@ -328,10 +421,12 @@ def check_profile(console: Console, factory: Callable[[], SystemUnderTest], prof
         def show(session: Session) -> None:
             detail = (f"shrinking: {session.shrink_runs} runs" if session.shrinking else
                       f"{session.steps} steps, {len(session.coverage.states)} states")
+            if session.known:
+                detail += f", {len(session.known)} found"
             progress.update(task, completed=session.examples, total=max(examples, session.examples), detail=detail)
 
         results.append(run_check(factory, profile=profile, level=level, examples=examples, steps=steps, seed=seed,
-                                 out_dir=out, on_example=show))
+                                 out_dir=out, on_example=show, **options))
 
 
 def report_junit(path: Path | None, results: list[CheckResult]) -> None:
@@ -361,13 +456,27 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
               help="With 2 or more: the concurrent check. That many threads call the system at once (purgatory "
                    "profile; an --adapter must declare the 'concurrent' feature), and properties are checked on the recorded history; --examples "
                    "counts runs, --steps the rounds of each run, and --level does not apply.")
-def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads):
+@click.option("--max-failures", type=click.IntRange(1), default=DEFAULT_MAX_FAILURES, show_default=True,
+              help="Distinct failures to shrink and report per profile before the check stops exploring. Failures "
+                   "are told apart by signature: the property broken, or the command and field that differ, or how "
+                   "the system failed to answer (raised, crashed, hung, broke the protocol) and in which command.")
+@click.option("--fail-on-findings/--findings-pass", default=False, show_default=True,
+              help="Whether Kafka findings fail the check. A finding is the system doing what Kafka's own timer "
+                   "wrongly does at the edge of the domain: now + delay past Long.MAX_VALUE wraps and the task runs "
+                   "at once; an overflow level's interval wraps: / by zero, stack overflow, negative bucket index, "
+                   "re-insertion livelock. By default each is reported apart with its shrunk trace, and the check "
+                   "goes on and passes without them.")
+def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads, max_failures,
+                  fail_on_findings):
     """Check an implementation against the model with generated runs (the built-in one by default).
 
-    Hypothesis drives the model and the implementation side by side; on a divergence it shrinks the run to a
-    minimal counterexample, written to --out as a trace that `kpurgatory replay` reproduces. Exits 0 when every
-    profile passes, 1 when the implementation fails one, 3 when it could not be driven (adapter crash, hang,
-    garbage), the counterexample could not be written, or the check was interrupted; --junit is written in every
+    Hypothesis drives the model and the implementation side by side; on a failure it shrinks the run to a minimal
+    counterexample, written to --out as a trace that `kpurgatory replay` reproduces, then goes on exploring with
+    that failure known, up to --max-failures distinct failures per profile. A system that raises, crashes, hangs
+    (takes longer than --timeout for one call, in process or through --adapter) or breaks the protocol fails and is
+    shrunk the same way, and is made afresh (an adapter restarted) for the next run. Exits 0 when every profile
+    passes (findings aside), 1 when the implementation fails one, 3 when it only failed to answer (crash, hang,
+    garbage), a counterexample could not be written, or the check was interrupted; --junit is written in every
     case."""
     console = Console()
 
@@ -399,7 +508,8 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
         console.print(f"checking {markup(implementation)} ({', '.join(profiles)}; level {level}; "
                       f"{examples} examples of up to {steps} steps; seed {seed})")
         for current in profiles:
-            check_profile(console, factory, current, level, examples, steps, seed, out, results)
+            check_profile(console, factory, current, level, examples, steps, seed, out, results, timeout=timeout,
+                          max_failures=max_failures, fail_on_findings=fail_on_findings)
     except click.ClickException:
         raise
     except (Exception, KeyboardInterrupt, Interrupted) as error:  # the report says so, then exit 3 (cli.main)
@@ -412,24 +522,30 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
     if passing := [result for result in results if result.passed]:  # a failed run's coverage stops at its failure
         console.print(coverage_table(passing))
     for result in results:
-        if result.passed:
-            continue
-        console.rule(f"[bold red]{result.profile}: {'ERROR' if result.broken else 'FAIL'}")
-        if result.report is not None:
-            print_report(console, result.report, window=None)
-            shrunk = (f"shrunk to {result.shrunk_length} steps in {result.shrink_runs} runs"
-                      if result.shrunk_length is not None else "not shrunk: the system broke the protocol")
-            console.print(f"first failure after {result.time_to_first_failure_s:.1f} s, {shrunk}")
-            if result.write_error is not None:  # the counterexample is not lost: it goes to the terminal
-                plain(f"{result.write_error}\ncounterexample (JSON Lines):\n{dumps(result.counterexample)}")
-            else:
-                plain(f"counterexample: {result.trace_path}\nstep table:     {result.table_path}\n"
-                      f"view:           {result.trace_path.with_suffix('.html')}")
-                plain(f"replay:         kpurgatory replay {result.trace_path} {target_flags(impl, adapter, level)}")
-        else:
+        for found in result.findings + result.failures:
+            failing = found.finding is None or fail_on_findings
+            console.rule(f"[bold {'red' if failing else 'yellow'}]{result.profile}: "
+                         + markup(str(found.signature if found.finding is None else found.finding.name)))
+            if found.finding is not None:
+                plain(str(found.finding))
+            print_report(console, found.report, window=None)
+            plain(("not shrunk: the system could not be made afresh" if found.shrunk_length is None else
+                   f"shrunk to {found.shrunk_length} steps") + f"; met again in {found.repeats} later runs")
+            if found.write_error is not None:  # the counterexample is not lost: it goes to the terminal
+                plain(f"{found.write_error}\ncounterexample (JSON Lines):\n{dumps(found.counterexample)}")
+            elif found.trace_path is not None:
+                plain(f"counterexample: {found.trace_path}\nstep table:     {found.table_path}\n"
+                      f"view:           {found.trace_path.with_suffix('.html')}")
+                plain(f"replay:         kpurgatory replay {found.trace_path} {target_flags(impl, adapter, level)}")
+        if result.failures or result.findings:
+            console.print(f"{result.profile}: first failure after {result.time_to_first_failure_s:.1f} s; "
+                          f"{len(result.failures)} distinct failures, {len(result.findings)} Kafka findings; "
+                          f"{result.shrink_runs} shrink runs")
+        elif not result.passed:
             plain(result.failure_summary)
-        plain(f"re-run:         kpurgatory check {target_flags(impl, adapter, level)} --profile {result.profile} "
-              f"--examples {examples} --steps {steps} --seed {seed}")
+        if not result.passed:
+            plain(f"re-run:         kpurgatory check {target_flags(impl, adapter, level)} --profile "
+                  f"{result.profile} --examples {examples} --steps {steps} --seed {seed}")
     report_junit(junit, results)
     code = (3 if any(result.broken or result.write_error for result in results) else
             0 if len(passing) == len(results) else 1)

@@ -246,7 +246,8 @@ target_options = [
     click.option("--impl", "impl", metavar="MODULE:FACTORY", help="An in-process Python system under test."),
     click.option("--adapter", "adapter", metavar="COMMAND", help="A subprocess speaking specs/protocol.md."),
     click.option("--timeout", type=float, default=10.0, show_default=True,
-                 help="Seconds a subprocess adapter may take for one request."),
+                 help="Seconds the system may take for one request (a subprocess adapter always; an in-process "
+                      "one in check) before it counts as hung."),
     click.option("--level", type=click.Choice(LEVELS), default="exact", show_default=True),
 ]
 

@@ -1,5 +1,5 @@
-"""A subprocess adapter over the reference model that misbehaves, in the way MODE names, on the request whose seq is
-AT (0 is hello, 1 is init, 2 the first command):
+"""A subprocess adapter over the reference model that misbehaves, in the way MODE names, on the request at position AT
+of every run (0 is hello, 1 is init, 2 the run's first command):
 
     python misbehaving_adapter.py MODE AT [MARKER]
 
@@ -20,10 +20,12 @@ from kpurgatory.conformance.adapters.stdio import handle
 
 mode, at = sys.argv[1], int(sys.argv[2])
 system = ModelSystem()
+position = -1
 for line in sys.stdin:
     request = json.loads(line)
+    position = {"hello": 0, "init": 1}.get(request["cmd"], position + 1)
     response = handle(system, request)
-    if request["seq"] == at:
+    if position == at:
         if mode == "crash":
             print("simulated crash: the implementation fell over", file=sys.stderr, flush=True)
             sys.exit(3)

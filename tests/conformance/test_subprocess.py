@@ -1,5 +1,5 @@
 """The subprocess adapter: a correct adapter passes through it; one that crashes, hangs, writes garbage or breaks the
-protocol ends the check with a report of which, and its partial run replays to the same break."""
+protocol fails the check with a report of which, and its shrunk run replays to the same break."""
 
 import functools
 import signal
@@ -29,14 +29,14 @@ def test_the_model_served_over_the_protocol_passes():
     assert result.steps_run > 100
 
 
-BREAKS = {  # mode: (kind, detail); the adapter misbehaves on request 4, the third command of the first run
-    "crash": ("adapter crashed", "exited with code 3 before answering request 4"),
-    "hang": ("adapter timed out", "no response to request 4"),
+BREAKS = {  # mode: (kind, detail); the adapter misbehaves on the third command of every run
+    "crash": ("adapter crashed", "exited with code 3 before answering request"),
+    "hang": ("adapter timed out", "no response to request"),
     "garbage": ("adapter wrote garbage", "not JSON: Expecting value at column 1: 'this is not json'"),
     "deep": ("adapter wrote garbage", "arrays and objects nested deeper than 64 levels"),
-    "fork-crash": ("adapter crashed", "exited with code 4 before answering request 4"),
-    "wrong-seq": ("protocol violation", "response seq 5 to request 4"),
-    "bad-event": ("protocol violation", "response to request 4"),
+    "fork-crash": ("adapter crashed", "exited with code 4 before answering request"),
+    "wrong-seq": ("protocol violation", "responses must echo their request's seq"),
+    "bad-event": ("protocol violation", "response to request"),
     "failure": ("adapter reported a failure", "the implementation cannot do that"),
 }
 
@@ -55,7 +55,7 @@ def processes_with(marker: str) -> list[int]:
 
 
 @pytest.mark.parametrize("mode", sorted(BREAKS))
-def test_a_broken_adapter_ends_the_check_saying_how_and_keeps_the_partial_run(mode, tmp_path):
+def test_a_broken_adapter_fails_the_check_saying_how_with_a_shrunk_run_that_replays(mode, tmp_path):
     kind, detail = BREAKS[mode]
     command = f"{MISBEHAVING} {mode} 4 {tmp_path}"
     timeout = 2.0 if mode == "hang" else 10.0  # long enough for the adapter to start on a busy machine
@@ -63,7 +63,8 @@ def test_a_broken_adapter_ends_the_check_saying_how_and_keeps_the_partial_run(mo
                        steps=10, seed=1, out_dir=tmp_path)
     assert not result.passed
     assert f"step 3: system failed: {kind}: " in result.failure_summary and detail in result.failure_summary
-    assert result.shrunk_length is None and result.shrink_runs == 0
+    signature_kind = "hung" if mode == "hang" else kind
+    assert result.shrunk_length == 3 and {found.signature.kind for found in result.failures} == {signature_kind}
     trace = result.counterexample
     assert len(trace.steps) == 3 and len(result.report.outcomes) == 2
     assert read_traces(result.trace_path) == [trace]

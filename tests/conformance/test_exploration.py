@@ -1,0 +1,136 @@
+"""The check's exploration with planted systems (tests/conformance/planted.py): a system that hangs or raises is
+reported and shrunk like a divergence, in process and through the subprocess adapter; a system with two independent
+bugs gets both reported in one run; Kafka's known misbehaviours at the edge of the domain are named findings with
+short traces, and the run goes on and passes without them."""
+
+import functools
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
+from kpurgatory.conformance.adapters.timed import TimedSystem
+from kpurgatory.conformance.check.findings import FINDINGS, Signature, recognise
+from kpurgatory.conformance.check.sequential import run_check
+from kpurgatory.conformance.cli import main
+from kpurgatory.conformance.traces.codec import read_traces
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.model import Model
+from kpurgatory.model import vocabulary as v
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))  # planted.py, which the adapters these tests start import too
+import planted  # noqa: E402
+
+
+def served(name: str, timeout: float) -> functools.partial:
+    return functools.partial(SubprocessSystem, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio "
+                                               f"planted:{name}", timeout=timeout)
+
+
+@pytest.fixture
+def importable(monkeypatch):
+    """planted.py importable by adapters the tests start."""
+    monkeypatch.setenv("PYTHONPATH", str(HERE))
+
+
+def test_a_hung_in_process_call_is_interrupted_and_the_harness_goes_on():
+    system = TimedSystem(planted.HangsInAdvance(), timeout=0.2)
+    system.init("timer", v.Params(1, 4, 0, 1000))
+    system.step(v.TimerAdd("t0", 5))
+    system.step(v.TimerCancel("t0"))
+    started = time.monotonic()
+    with pytest.raises(Exception, match="no answer to advance within 0.2 s"):
+        system.step(v.Advance(1))
+    assert time.monotonic() - started < 2.0
+    system.worker.join(1.0)
+    assert not system.worker.is_alive()  # it no longer takes the interpreter from the examples after it
+    with pytest.raises(Exception, match="no answer to advance"):
+        system.step(v.Size())
+
+
+def test_a_system_that_hangs_in_process_is_reported_within_the_limit_and_shrunk():
+    result = run_check(planted.HangsInAdvance, profile="timer", examples=6, steps=20, seed=2, timeout=0.3)
+    assert not result.passed
+    [hang] = result.failures
+    assert hang.signature == Signature("hung", "advance", "")
+    assert "no answer to advance within 0.3 s" in hang.summary
+    assert hang.shrunk_length <= 5 and isinstance(hang.counterexample.steps[-1].command, v.Advance)
+    assert any(isinstance(step.command, v.TimerCancel) for step in hang.counterexample.steps)
+    assert result.time_to_first_failure_s < 10
+
+
+def test_a_system_that_hangs_behind_an_adapter_is_restarted_and_shrunk(importable, tmp_path):
+    result = run_check(served("HangsInAdvance", 2.0), profile="timer", examples=3, steps=20, seed=2,
+                       out_dir=tmp_path)
+    assert not result.passed
+    [hang] = result.failures
+    assert hang.signature == Signature("hung", "advance", "") and "within 2 s" in hang.summary  # the full limit
+    assert hang.shrunk_length <= 5 and read_traces(hang.trace_path) == [hang.counterexample]
+
+
+def test_a_system_that_raises_is_shrunk():
+    result = run_check(planted.RaisesInCancel, profile="timer", examples=60, steps=20, seed=2)
+    [failure] = result.failures
+    assert failure.signature == Signature("raised", "timer_cancel", "KeyError")
+    commands = [step.command for step in failure.counterexample.steps]
+    assert len(commands) == 2 and isinstance(commands[0], v.TimerAdd) and isinstance(commands[1], v.TimerCancel)
+    assert replay(failure.counterexample, planted.RaisesInCancel()).error.startswith("step 2: system failed")
+
+
+def test_two_independent_bugs_are_both_reported_in_one_run(tmp_path):
+    result = run_check(planted.TwoBugs, profile="timer", examples=60, steps=30, seed=1, out_dir=tmp_path)
+    assert not result.passed
+    assert {found.signature for found in result.failures} == {Signature("differs", "size", "result"),
+                                                            Signature("differs", "advance", "events")}
+    assert all(found.shrunk_length <= 4 for found in result.failures)
+    assert sorted(path.name for path in tmp_path.glob("*.jsonl")) == ["check-timer-1-2.jsonl", "check-timer-1.jsonl"]
+    assert result.counterexample == result.failures[0].counterexample
+
+
+def test_the_cap_stops_exploring_after_that_many_failures():
+    result = run_check(planted.TwoBugs, profile="timer", examples=15, steps=30, seed=1, max_failures=1)
+    assert len(result.failures) == 1
+
+
+@pytest.mark.parametrize("profile", ["timer", "purgatory"])
+def test_kafka_like_overflow_bugs_are_named_findings_and_the_run_passes(profile, tmp_path):
+    result = run_check(planted.KafkaLike, profile=profile, examples=60, steps=30, seed=1, out_dir=tmp_path)
+    assert result.passed and result.failures == ()
+    names = {found.finding.name for found in result.findings}
+    assert {"deadline-wraps", "interval-divides-by-zero"} <= names
+    assert all(found.shrunk_length <= 3 for found in result.findings)
+    assert all(str(found.finding) in found.summary for found in result.findings)
+    assert (tmp_path / f"finding-{profile}-1-deadline-wraps.jsonl").exists()
+    assert result.examples_run >= 60 and result.steps_run > 600  # exploration went on past the findings
+
+
+def test_kafka_findings_through_an_adapter_that_reports_failures(importable):
+    result = run_check(served("KafkaLike", 10.0), profile="timer", examples=30, steps=20, seed=1)
+    assert result.passed
+    assert "interval-divides-by-zero" in {found.finding.name for found in result.findings}
+    assert all(found.shrunk_length <= 3 for found in result.findings)
+
+
+def test_each_finding_needs_its_input_class():
+    model = Model("timer", v.Params(1, 2, 0, 1000))
+    expected = model.step(v.TimerAdd("t0", 5))
+    divide = next(finding for finding in FINDINGS if finding.name == "interval-divides-by-zero")
+    assert recognise(model, v.TimerAdd("t0", 5), expected, None, ArithmeticError("/ by zero")) is None
+    expected = model.step(v.TimerAdd("t1", v.LONG_MAX))
+    assert recognise(model, v.TimerAdd("t1", v.LONG_MAX), expected, None, ArithmeticError("/ by zero")) == divide
+    assert recognise(model, v.Size(), model.step(v.Size()), None, ArithmeticError("/ by zero")) is None
+
+
+def test_check_command_lists_findings_apart_and_passes(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    arguments = ["check", "--impl", "planted:KafkaLike", "--profile", "timer", "--examples", "30", "--steps", "20",
+                 "--seed", "1", "--out", str(tmp_path)]
+    result = CliRunner().invoke(main, arguments, terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "Kafka finding (interval-divides-by-zero)" in result.output and "PASS seed 1" in result.output
+    result = CliRunner().invoke(main, arguments + ["--fail-on-findings"], terminal_width=200)
+    assert result.exit_code == 1 and "FAIL seed 1" in result.output, result.output
