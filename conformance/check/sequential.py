@@ -354,7 +354,8 @@ def summary_table(results: list[CheckResult]) -> Table:
     for result in results:
         reached = sum(count > 0 for count in result.coverage.values())
         table.add_row(result.profile, "[green]pass[/]" if result.passed else "[bold red]FAIL[/]",
-                      str(len(result.failures)), str(len(result.findings)), str(result.examples_run), str(result.steps_run), str(result.distinct_states),
+                      str(len(result.failures)), str(len(result.findings)), str(result.examples_run),
+                      str(result.steps_run), str(result.distinct_states),
                       f"{reached}/{len(result.coverage)}", f"{result.elapsed_s:.0f} s")
     return table
 
