@@ -77,8 +77,10 @@ def test_a_system_that_raises_is_shrunk():
     [failure] = result.failures
     assert failure.signature == Signature("raised", "timer_cancel", "KeyError")
     commands = [step.command for step in failure.counterexample.steps]
-    assert len(commands) == 2 and isinstance(commands[0], v.TimerAdd) and isinstance(commands[1], v.TimerCancel)
-    assert replay(failure.counterexample, planted.RaisesInCancel()).error.startswith("step 2: system failed")
+    assert len(commands) <= 3 and isinstance(commands[-1], v.TimerCancel)  # an add, and an advance if the wheel lags
+    assert any(isinstance(command, v.TimerAdd) for command in commands)
+    error = replay(failure.counterexample, planted.RaisesInCancel()).error
+    assert error.startswith(f"step {len(commands)}: system failed")
 
 
 def test_two_independent_bugs_are_both_reported_in_one_run(tmp_path):
@@ -130,5 +132,5 @@ def test_check_command_lists_findings_apart_and_passes(tmp_path, monkeypatch):
     for name in ("deadline-wraps", "interval-divides-by-zero"):
         assert f"Kafka finding ({name})" in result.output
     assert all(len(read_traces(path)[0].steps) <= 3 for path in tmp_path.glob("finding-timer-1-*.jsonl"))
-    result = CliRunner().invoke(main, arguments + ["--fail-on-findings", "--examples", "20"], terminal_width=200)
+    result = CliRunner().invoke(main, arguments + ["--fail-on-findings"], terminal_width=200)
     assert result.exit_code == 1 and "FAIL seed 1" in result.output, result.output
