@@ -94,6 +94,15 @@ def test_outside_the_models_domain_the_adapter_shows_kafkas_behaviour_unmasked(a
     assert "delay_out_of_range" in result.output and result.output.strip().endswith("0 passed, 1 failed")
 
 
+def test_a_short_check_passes_with_kafkas_overflow_bugs_reported_as_findings(adapter, tmp_path):
+    """The stand-ins share Kafka's wheel arithmetic, so they share its known misbehaviours past Long.MAX_VALUE: the
+    check names them and goes on, and everything else agrees with the model exactly."""
+    result = CliRunner().invoke(main, ["check", "--adapter", adapter, "--examples", "10", "--steps", "20",
+                                       "--seed", "1", "--out", str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "Kafka finding (interval-" in result.output
+
+
 def test_the_concurrent_check_and_its_race_schedules_pass_through_kafkas_locks(adapter, tmp_path):
     result = CliRunner().invoke(main, ["check", "--adapter", adapter, "--threads", "4", "--examples", "3",
                                        "--seed", "1", "--out", str(tmp_path)], terminal_width=200)
