@@ -91,13 +91,30 @@ def past_long_max(model: Model) -> set[str]:
             for bucket in wheel.buckets for entry in bucket.entries}
 
 
+def compares_past_long_max(model: Model, deadline: int) -> bool:
+    """Placing ``deadline`` compares it with a sum past Long.MAX_VALUE: the finest level's current time + tick (the
+    "already expired" test), or the current time + interval of a level it passes through or lands in. Kafka
+    computes those sums in a ``long``; they wrap."""
+    levels = list(model.timer.timing_wheel.levels())
+    if levels[0].current_time_ms + levels[0].tick_ms > v.LONG_MAX:
+        return True
+    if deadline < levels[0].current_time_ms + levels[0].tick_ms:
+        return False
+    for wheel in levels:
+        if wheel.current_time_ms + wheel.interval > v.LONG_MAX:
+            return True
+        if deadline < wheel.current_time_ms + wheel.interval:
+            return False
+    return False
+
+
 def places_past_long_max(model: Model, command: v.Command | None, expected: v.Observation | None) -> bool:
-    """The step adds an entry at a level whose window ends past Long.MAX_VALUE, or advances the clock while one
-    is pending."""
-    if isinstance(command, v.TimerAdd):
-        return command.task in past_long_max(model)
-    if isinstance(command, v.Watch):
-        return command.op in past_long_max(model)
+    """The step adds an entry whose placement compares past Long.MAX_VALUE (or that sits at a level whose window
+    ends past it), or advances the clock while such an entry is pending."""
+    if isinstance(command, (v.TimerAdd, v.Watch)) and not deadline_beyond_long_max(model, command, expected):
+        added = command.task if isinstance(command, v.TimerAdd) else command.op
+        delay = command.delay_ms if isinstance(command, v.TimerAdd) else model.ops[command.op].delay_ms
+        return added in past_long_max(model) or compares_past_long_max(model, model.now_ms + delay)
     return isinstance(command, v.Advance) and bool(past_long_max(model))
 
 

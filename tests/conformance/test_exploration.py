@@ -120,6 +120,9 @@ def test_each_finding_needs_its_input_class():
     expected = model.step(v.TimerAdd("t1", v.LONG_MAX))
     assert recognise(model, v.TimerAdd("t1", v.LONG_MAX), expected, None, ArithmeticError("/ by zero")) == divide
     assert recognise(model, v.Size(), model.step(v.Size()), None, ArithmeticError("/ by zero")) is None
+    at_the_end = Model("timer", v.Params(1, 2, v.LONG_MAX, 1000))  # Kafka: now + tick wraps, the add divides by 0
+    expected = at_the_end.step(v.TimerAdd("t0", 0))
+    assert recognise(at_the_end, v.TimerAdd("t0", 0), expected, None, ArithmeticError("/ by zero")) == divide
 
 
 def test_check_command_lists_findings_apart_and_passes(tmp_path, monkeypatch):
