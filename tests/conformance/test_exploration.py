@@ -123,6 +123,9 @@ def test_each_finding_needs_its_input_class():
     at_the_end = Model("timer", v.Params(1, 2, v.LONG_MAX, 1000))  # Kafka: now + tick wraps, the add divides by 0
     expected = at_the_end.step(v.TimerAdd("t0", 0))
     assert recognise(at_the_end, v.TimerAdd("t0", 0), expected, None, ArithmeticError("/ by zero")) == divide
+    beyond = at_the_end.step(v.TimerAdd("t1", 1))  # Kafka: the wrapped deadline gets a negative bucket index
+    wraps = recognise(at_the_end, v.TimerAdd("t1", 1), beyond, None, IndexError("ArrayIndexOutOfBoundsException"))
+    assert wraps.name == "deadline-wraps"
 
 
 def test_check_command_lists_findings_apart_and_passes(tmp_path, monkeypatch):
