@@ -7,7 +7,7 @@ import enum
 from collections import deque
 from typing import Callable, Protocol
 
-from kpurgatory.impl.purgatory import DelayedOperation
+from kpurgatory.impl import DelayedOperation
 
 
 class Errors(enum.Enum):

@@ -27,8 +27,9 @@ from collections import Counter
 from time import perf_counter
 from typing import Callable, Hashable, Sequence
 
-from kpurgatory.impl.purgatory import DelayedOperationPurgatory
-from kpurgatory.impl.timer import REAPER_POLL_MS, SystemTimer
+from kpurgatory.impl import DelayedOperationPurgatory
+from kpurgatory.impl import SystemTimer
+from kpurgatory.impl.timer import REAPER_POLL_MS
 from kpurgatory.impl.workloads.operation import ActionQueue, BrokerOperation
 from kpurgatory.model import vocabulary as v
 
