@@ -38,11 +38,11 @@ def launch_chromium(playwright):
 
 
 def record(calls: int, threads: int, seed: int):
-    """A history of about ``calls`` calls: ``threads`` workers and the clock thread, ``calls / (threads + 1)`` calls
-    each, then the drain."""
+    """A history of about ``calls`` calls, the drain's aside: rounds of one or two calls of each of ``threads``
+    workers and an advance of the clock thread."""
     system = factory()
     try:
-        plan = plan_run(random.Random(seed), threads, calls // (threads + 1))
+        plan = plan_run(random.Random(seed), threads, max(1, int(calls / (1.5 * threads + 1))))
         return execute(system, system.hello(), plan, timeout=60, trace_id=f"view-bench-{calls}")
     finally:
         system.close()
