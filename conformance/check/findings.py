@@ -123,8 +123,10 @@ def advances_past_long_max(model: Model, command: v.Command | None, expected: v.
 
 
 def reads_past_long_max(model: Model, command: v.Command | None, expected: v.Observation | None) -> bool:
-    """A read-out of the wheel's structure while such an entry is pending."""
-    return isinstance(command, (v.Wheel, v.DelayQueue)) and bool(past_long_max(model))
+    """A read-out of the wheel's structure once it has a level whose window ends past Long.MAX_VALUE (levels stay
+    when their entries leave, and Kafka's keep their wrapped ticks and intervals)."""
+    return isinstance(command, (v.Wheel, v.DelayQueue)) and any(
+        wheel.current_time_ms + wheel.interval > v.LONG_MAX for wheel in model.timer.timing_wheel.levels())
 
 
 def accepted(observed: v.Observation | None, error: Exception | None) -> bool:
@@ -183,8 +185,8 @@ FINDINGS = (
             places_past_long_max, raised("ArrayIndexOutOfBounds")),
     Finding("reinsertion-livelock", "an entry whose level's window wrapped is re-inserted into the same bucket "
                                     "forever: the reaper spins (a hang)", advances_past_long_max, hung),
-    Finding("wrapped-window-read-out", "the wheel read-out differs while an entry sits at a level whose window "
-                                       "wrapped", reads_past_long_max, anything),
+    Finding("wrapped-window-read-out", "the wheel read-out differs once a level's window (current time + "
+                                       "interval) wrapped", reads_past_long_max, anything),
 )
 
 
