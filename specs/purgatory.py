@@ -51,6 +51,8 @@ class Shape:
 
     ops: int = OPS
     keys: int = KEYS
+    #: the timer's tick: an op expires at the first advance to the start of its deadline's tick or later
+    tick: int = 1
 
     @property
     def op_names(self) -> tuple[str, ...]:
@@ -65,14 +67,20 @@ SHAPE = Shape()
 
 
 @contextlib.contextmanager
-def bounded(ops: int, keys: int):
-    """Run the block over ``ops`` operations and ``keys`` keys (then back to the default)."""
+def bounded(ops: int, keys: int, tick: int = 1):
+    """Run the block over ``ops`` operations, ``keys`` keys and a timer of ``tick`` (then back to the default)."""
     saved = attrs.evolve(SHAPE)
-    SHAPE.ops, SHAPE.keys = ops, keys
+    SHAPE.ops, SHAPE.keys, SHAPE.tick = ops, keys, tick
     try:
         yield
     finally:
-        SHAPE.ops, SHAPE.keys = saved.ops, saved.keys
+        SHAPE.ops, SHAPE.keys, SHAPE.tick = saved.ops, saved.keys, saved.tick
+
+
+def tick_start(deadline):
+    """The start of the tick containing ``deadline``: when the wheel releases it (wheel.timing.not_early/not_late;
+    Kafka's declared window lets it fire up to tick - 1 ms early)."""
+    return deadline if SHAPE.tick == 1 else deadline - deadline % SHAPE.tick
 MAX_MULT, MAX_READY_ON, MAX_PURGE_INTERVAL = 2, 3, 2
 
 # command kinds
@@ -409,9 +417,10 @@ def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     check: if estimated - numDelayed > purgeInterval, reset the estimate and drop completed entries everywhere."""
     n = dict(s)
     via, expired = [], []
-    deadline_reached = {"expire_early": lambda exp: exp <= c.to + 1,
-                        "expire_late": lambda exp: exp < c.to}
-    reached = next((deadline_reached[m] for m in mutants if m in deadline_reached), lambda exp: exp <= c.to)
+    deadline_reached = {"expire_early": lambda exp: tick_start(exp) <= c.to + 1,
+                        "expire_late": lambda exp: tick_start(exp) < c.to}
+    reached = next((deadline_reached[m] for m in mutants if m in deadline_reached),
+                   lambda exp: tick_start(exp) <= c.to)
     for o in range(SHAPE.ops):
         fire = And(s[("in_timer", o)], reached(s[("exp", o)]), Not(s[("completed", o)]))
         if "expire_without_complete" in mutants:
@@ -468,7 +477,7 @@ def cmd_domain(s: dict, c: Cmd, kinds: Iterable[int], max_delay: int | None = No
     forward."""
     created = Or(*[And(Eq(c.op, o), s[("created", o)]) for o in range(SHAPE.ops)])
     parts = [Or(*[c.kind == kind for kind in kinds]), c.op >= 0, c.op < SHAPE.ops, c.key >= 0, c.key < SHAPE.keys,
-             *[And(m >= 0, m <= MAX_MULT) for m in c.mult], Sum(c.mult) >= 1, c.delay >= 1,
+             *[And(m >= 0, m <= MAX_MULT) for m in c.mult], Sum(c.mult) >= 1, c.delay >= SHAPE.tick,
              c.ready_on >= 0, c.ready_on <= MAX_READY_ON, c.to >= s[("now",)],
              Implies(Or(*[c.kind == kind for kind in (SET_READY, FORCE, TRY, CANCEL)]), created)]
     if max_delay is not None:
@@ -511,13 +520,13 @@ def properties(s: dict) -> dict[str, object]:
         per_op["exactly_once"].append(And(Eq(s[("completions", o)], I(completed)), Eq(Not(Eq(via, NONE)), completed)))
         per_op["justified"].append(And(
             Implies(Or(Eq(via, VIA_TRY), Eq(via, VIA_CHECK)), condition(s, o, s[("tc", o)])),
-            Implies(Eq(via, VIA_EXPIRE), s[("exp", o)] <= s[("now",)])))
+            Implies(Eq(via, VIA_EXPIRE), tick_start(s[("exp", o)]) <= s[("now",)])))
         for k in range(SHAPE.keys):
             per_op["no_lost_wakeup"].append(Implies(And(s[("watched_on", k, o)], Not(completed)),
                                                     s[("cnt", k, o)] >= 1))
         per_op["counters"].append(Implies(completed, Not(s[("in_timer", o)])))
         per_op["no_forgotten_op"].append(Implies(And(s[("created", o)], Not(completed), Not(s[("dropped", o)])),
-                                                 And(s[("in_timer", o)], s[("exp", o)] > s[("now",)])))
+                                                 And(s[("in_timer", o)], tick_start(s[("exp", o)]) > s[("now",)])))
         per_op["tried_after_listing"].append(Implies(And(listed(s, o), Not(completed)), s[("tried", o)]))
     per_op["cleanup_map"] += [Eq(s[("present", k)], entries_on(s, k) > 0) for k in range(SHAPE.keys)]
     per_op["counters"] += [Eq(s[("nd_ctr",)], delayed(s)), Eq(s[("w_ctr",)], entries(s)), s[("est",)] >= delayed(s)]
@@ -549,8 +558,8 @@ def auxiliary(s: dict) -> object:
         created = s[("created", o)]
         parts += [s[("tc", o)] >= 0, s[("ro", o)] >= 0, s[("ro", o)] <= MAX_READY_ON,
                   s[("via", o)] >= NONE, s[("via", o)] <= VIA_FORCE,
-                  Implies(created, s[("delay", o)] >= 1),
-                  Implies(s[("in_timer", o)], And(created, s[("exp", o)] > s[("now",)])),
+                  Implies(created, s[("delay", o)] >= SHAPE.tick),
+                  Implies(s[("in_timer", o)], And(created, tick_start(s[("exp", o)]) > s[("now",)])),
                   Implies(Not(created), And(Not(s[("completed", o)]), Not(s[("ready", o)]), Eq(s[("tc", o)], 0),
                                             Not(s[("dropped", o)]), Not(s[("uncounted", o)])))]
         for k in range(SHAPE.keys):
@@ -933,11 +942,11 @@ DOMAIN = (f"{OPS} ops, {KEYS} keys, all 8 commands, any purge interval, tick 1, 
 
 def invariant_is_inductive(mutants: frozenset = frozenset()) -> tuple[str, str, float]:
     """Whether the shared invariant is inductive (with every step property as a goal), for the current shape."""
-    return _invariant_is_inductive(mutants, SHAPE.ops, SHAPE.keys)
+    return _invariant_is_inductive(mutants, SHAPE.ops, SHAPE.keys, SHAPE.tick)
 
 
 @functools.cache
-def _invariant_is_inductive(mutants: frozenset, ops: int, keys: int) -> tuple[str, str, float]:
+def _invariant_is_inductive(mutants: frozenset, ops: int, keys: int, tick: int) -> tuple[str, str, float]:
     start = time.perf_counter()
     status, part = inductive(invariant, mutants=mutants,
                              step_goal=lambda s, c, n, o: And(*step_properties(s, c, n, o).values()))
@@ -1120,6 +1129,32 @@ def counting_at_scale(mutated: bool = False) -> Outcome:
         if found == REFUTED:
             return Outcome(REFUTED, "BMC d=3", f"after {depth} commands: {describe_run(run)}")
         return Outcome(ind, "induction + BMC d=3", f"{part} fails; no violation within 3 commands")
+
+
+TICKS = (2, 10)
+
+
+@obligation("purgatory.coarse_tick", cost=20, mutant=MUTANTS["expire_early"],
+            domain=f"{OPS} ops, {KEYS} keys, timer tick in {TICKS}, delays >= one tick (never refused on add), all 8 "
+                   f"commands, any purge interval; induction")
+def coarse_tick(mutated: bool = False) -> Outcome:
+    """With a tick above 1 ms the timer may fire an op early, within Kafka's declared window: from the start of the
+    tick that contains its deadline. The whole invariant — justified completion (an expired op's tick has started:
+    floor(deadline / tick) * tick <= now), no forgotten op (a live op's tick has not started), liveness (an advance to
+    its deadline or later completes it), and every other property — is inductive with the timer firing at the start
+    of the deadline's tick, for each stated tick. Delays are at least one tick, so the wheel never refuses the add
+    and runs nothing during a watch."""
+    mutants = frozenset({"expire_early"}) if mutated else frozenset()
+    for tick in TICKS:
+        with bounded(OPS, KEYS, tick):
+            ind, part, seconds = invariant_is_inductive(mutants)
+            if ind == PROVED:
+                continue
+            found, run, depth = bmc(lambda s: Not(properties(s)["justified"]), 4, mutants=mutants)
+            if found == REFUTED:
+                return Outcome(REFUTED, f"BMC d=4, tick {tick}", f"after {depth} commands: {describe_run(run)}")
+            return Outcome(ind, f"induction + BMC d=4, tick {tick}", f"{part} fails; no violation within 4 commands")
+    return Outcome(PROVED, "induction", f"ticks {', '.join(map(str, TICKS))}")
 
 
 # --- purge rule and memory ---------------------------------------------------------------------------------------

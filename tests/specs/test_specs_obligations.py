@@ -35,6 +35,7 @@ EXPECTED = {
     "purgatory.cleanup.map": PROVED,
     "purgatory.any_number_of_ops": PROVED,
     "purgatory.counting_at_scale": PROVED,
+    "purgatory.coarse_tick": PROVED,
     "purgatory.purge.threshold": PROVED,
     "purgatory.memory.bound_without_cancel": PROVED,
     "purgatory.memory.no_bound_with_cancel": REFUTED,
