@@ -387,7 +387,8 @@ def java_definition(operator: str, a, b, r, width: int = WIDTH):
     if operator in ("+", "-", "*"):
         return congruent({"+": a + b, "-": a - b, "*": a * b}[operator])
     if operator == "/":  # JLS 15.17.2: round toward zero; the one overflow, MIN / -1, gives MIN
-        truncated = z3.And(magnitude(b) * magnitude(r) <= magnitude(a), magnitude(a) < magnitude(b) * (magnitude(r) + 1),
+        truncated = z3.And(magnitude(b) * magnitude(r) <= magnitude(a),
+                           magnitude(a) < magnitude(b) * (magnitude(r) + 1),
                            z3.Or(r == 0, (r > 0) == ((a > 0) == (b > 0))))
         return z3.If(z3.And(a == low, b == -1), r == low, z3.And(representable, truncated))
     # JLS 15.17.3: sign of the dividend, smaller than the divisor, a - r a multiple of b

@@ -704,12 +704,14 @@ def from_vocabulary(commands: Iterable[v.Command]) -> list[Cmd | str]:
     for command in commands:
         if isinstance(command, v.Watch):
             mult = tuple(sum(1 for key in command.keys if key == name) for name in SHAPE.key_names)
-            out.append(Cmd(WATCH, SHAPE.op_names.index(command.op), 0, mult, command.delay_ms or 1, command.ready_on or 0))
+            out.append(Cmd(WATCH, SHAPE.op_names.index(command.op), 0, mult, command.delay_ms or 1,
+                           command.ready_on or 0))
         elif isinstance(command, (v.SetReady, v.Force, v.Try, v.Cancel)):
             kind = {v.SetReady: SET_READY, v.Force: FORCE, v.Try: TRY, v.Cancel: CANCEL}[type(command)]
             out.append(Cmd(kind, SHAPE.op_names.index(command.op)))
         elif isinstance(command, (v.Check, v.CancelKey)):
-            out.append(Cmd(CHECK if isinstance(command, v.Check) else CANCEL_KEY, 0, SHAPE.key_names.index(command.key)))
+            out.append(Cmd(CHECK if isinstance(command, v.Check) else CANCEL_KEY, 0,
+                           SHAPE.key_names.index(command.key)))
         elif isinstance(command, v.Advance):
             out.append(Cmd(ADVANCE, to=command.to_ms))
         elif isinstance(command, (v.Watched, v.Delayed)):
@@ -1112,7 +1114,8 @@ def any_number_of_ops(mutated: bool = False) -> Outcome:
 
 
 @obligation("purgatory.counting_at_scale", cost=40, mutant=MUTANTS["cancel_keeps_counter"],
-            domain=f"{SCALE_OPS} ops, {SCALE_KEYS} keys, all 8 commands, any purge interval and delays; induction (if it "
+            domain=f"{SCALE_OPS} ops, {SCALE_KEYS} keys, all 8 commands, any purge interval and delays; induction "
+                   f"(if it "
                    f"fails, BMC to 3 for a run)")
 def counting_at_scale(mutated: bool = False) -> Outcome:
     """The whole invariant — including the counting properties, which relate the ops to one another: the task and
@@ -1277,7 +1280,8 @@ def memory_true_bound(mutated: bool = False) -> Outcome:
     another key) but not completed before the last purge. Memory held by stale entries is at most
     m * (purgeInterval + U); U is bounded only by the application's use of cancel."""
     return bmc_then_invariant(memory_invariant, lambda s, c, n, o: Implies(
-        c.kind == ADVANCE, stale_ops(n) <= n[("P",)] + uncounted_listed(n)), "purge_keeps_completed" if mutated else None)
+        c.kind == ADVANCE, stale_ops(n) <= n[("P",)] + uncounted_listed(n)),
+        "purge_keeps_completed" if mutated else None)
 
 
 # --- mutants and the cross-check ---------------------------------------------------------------------------------

@@ -431,13 +431,15 @@ def overflow_climb(mutated: bool = False) -> Outcome:
 # ---------------------------------------------------------------------------------------------------------------
 
 #: the bound of the symbolic wheel: the (tick, wheel size, levels) configurations it is checked for. Times are any
-#: longs; with the configuration fixed, every division is by a constant, which z3 decides (3 levels cost 2-20 s per
+#: longs in exact arithmetic (where Java wraps, see wheel.kafka.*); with the configuration fixed, every division is by
+#: a constant, which z3 decides (3 levels cost 2-20 s per
 #: configuration instead of 0.1-1.5 s for 2, so only the smallest wheels get 3).
 CONFIGURATIONS = ((1, 2, 3), (1, 3, 2), (2, 2, 2), (10, 20, 2))
-SYM_DOMAIN = (f"(tick, wheel size, levels) in {', '.join(map(str, CONFIGURATIONS))}; start, clocks, times "
-              f"and delays any longs (Java arithmetic, JINT) with the entry inside the top level's window; one tracked "
-              f"entry, the other entries' releases as arbitrary earlier clock moves; BMC to {{depth}} commands from a "
-              f"fresh wheel + inductive invariant (unbounded depth)")
+SYM_DOMAIN = (f"(tick, wheel size, levels) in {', '.join(map(str, CONFIGURATIONS))}; start, clocks, times and "
+              f"delays any longs, computed exactly (the model's arithmetic, no wrapping), the entry inside the top "
+              f"level's window; one tracked entry, the other entries' releases as arbitrary earlier clock moves; BMC "
+              f"to "
+              f"{{depth}} commands from a fresh wheel + inductive invariant (unbounded depth)")
 ADD, ADVANCE = 0, 1
 WHEEL_BMC_DEPTH = 2
 
@@ -712,7 +714,8 @@ def timing_not_late(mutated: bool = False) -> Outcome:
         z3.And(kind == ADVANCE, n["added"], to >= w.earliest(n["E"])), n["ran"]))
 
 
-@obligation("wheel.advance.terminates", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6, mutant=STALE_CLOCKS.bug)
+@obligation("wheel.advance.terminates", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6,
+            mutant=STALE_CLOCKS.bug)
 def advance_terminates(mutated: bool = False) -> Outcome:
     """An advance terminates: the entry's rank (0 once run, else 1 + the level of its bucket) strictly decreases at
     every release of its bucket — the clocks move to the bucket's expiration b, which is a multiple of every finer
@@ -730,7 +733,8 @@ def advance_terminates(mutated: bool = False) -> Outcome:
     return wheel_obligation(arithmetic, ranking)
 
 
-@obligation("wheel.cascade.conservation", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6, mutant=DROPS_REFUSED.bug)
+@obligation("wheel.cascade.conservation", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6,
+            mutant=DROPS_REFUSED.bug)
 def cascade_conservation(mutated: bool = False) -> Outcome:
     """Entries are never lost or duplicated across a cascade: after every add and every advance (with all its
     releases and re-insertions), an added entry is in exactly one place — the bucket of exactly one level, or run —
