@@ -65,13 +65,13 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
-from kpurgatory.conformance.traces.replay import format_command, format_observation
+from kpurgatory.conformance.traces.replay import format_command, format_observation, read_for_command
 from kpurgatory.conformance.adapters.gates import Gates, GateSpec
 from kpurgatory.conformance.adapters.interleave import preempted
 from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
-from kpurgatory.conformance.terminal import markup, safe
-from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, TraceFormatError, read_traces, write_traces
+from kpurgatory.conformance.terminal import markup
+from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, write_traces
 from kpurgatory.model import vocabulary as v
 
 #: the interpreter's thread switch interval during a run: CPython's 5 ms default lets a thread run a whole script
@@ -980,16 +980,8 @@ def check_history_command(histories, all_steps):
 
     Any harness may record them, in any language: see specs/protocol.md, "Concurrent histories". Exits 0 when every
     history satisfies every property, 1 when one does not, 2 on malformed input."""
-    try:
-        files = {path: read_traces(path) for path in histories}
-    except TraceFormatError as error:
-        click.echo(f"Error: {safe(error)}", err=True)
-        sys.exit(2)
+    files = read_for_command(histories, concurrent=True)
     loaded = [trace for traces in files.values() for trace in traces]
-    if sequential := [trace.trace_id for trace in loaded if trace.header.threads is None]:
-        click.echo(f"Error: {safe(', '.join(sequential))}: not a concurrent history (no threads in the header); replay "
-                   f"it with `kpurgatory replay`", err=True)
-        sys.exit(2)
     console = Console()
     found = {}
     for trace in loaded:

@@ -101,6 +101,23 @@ class StepChecker:
 
 CONCURRENT_HISTORY = ("a concurrent history has no order to replay its steps in; check it with "
                       "`kpurgatory check-history`")
+SEQUENTIAL_TRACE = "not a concurrent history (no threads in the header); replay it with `kpurgatory replay`"
+
+
+def read_for_command(paths, *, concurrent: bool) -> dict[Path, list[Trace]]:
+    """The traces of PATHS, for a command that takes one kind only: sequential traces (replay) or concurrent
+    histories (check-history). Malformed input, or a trace of the other kind, exits 2 naming it."""
+    try:
+        files = {path: read_traces(path) for path in paths}
+    except TraceFormatError as error:
+        click.echo(f"Error: {safe(error)}", err=True)
+        sys.exit(2)
+    if wrong := [trace.trace_id for traces in files.values() for trace in traces
+                 if (trace.header.threads is not None) != concurrent]:
+        click.echo(f"Error: {safe(', '.join(wrong))}: {SEQUENTIAL_TRACE if concurrent else CONCURRENT_HISTORY}",
+                   err=True)
+        sys.exit(2)
+    return files
 
 
 def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "exact", *,
@@ -291,15 +308,8 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps):
 
     Exits 0 when every step agrees with the model, 1 on a divergence, 2 on malformed input, 3 when the system
     under test broke (crashed, hung, wrote garbage)."""
-    try:
-        files = {path: read_traces(path) for path in traces}
-    except TraceFormatError as error:
-        click.echo(f"Error: {safe(error)}", err=True)
-        sys.exit(2)
+    files = read_for_command(traces, concurrent=False)
     loaded = [trace for traces_of_file in files.values() for trace in traces_of_file]
-    if histories := [trace.trace_id for trace in loaded if trace.header.threads is not None]:
-        click.echo(f"Error: {safe(', '.join(histories))}: {CONCURRENT_HISTORY}", err=True)
-        sys.exit(2)
     reports = run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12)
     from kpurgatory.conformance.traces.view import view_failures  # the view imports this module
 
