@@ -70,7 +70,7 @@ from kpurgatory.conformance.adapters.gates import Gates, GateSpec
 from kpurgatory.conformance.adapters.interleave import preempted
 from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
-from kpurgatory.conformance.terminal import markup
+from kpurgatory.conformance.terminal import command_console, markup
 from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, write_traces
 from kpurgatory.model import vocabulary as v
 
@@ -958,7 +958,7 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str) -> None
 def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int, seed: int,
                        timeout: float, out: Path, rerun: str) -> bool:
     """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report; True if it passed."""
-    console = Console()
+    console = command_console()
     console.print(f"checking concurrently: the race schedules, then {runs} runs of {steps} rounds, each round "
                   f"{threads} worker threads (one or two calls in flight each) and a clock thread started together; "
                   f"seed {seed}", markup=False, highlight=False)
@@ -982,7 +982,7 @@ def check_history_command(histories, all_steps):
     history satisfies every property, 1 when one does not, 2 on malformed input."""
     files = read_for_command(histories, concurrent=True)
     loaded = [trace for traces in files.values() for trace in traces]
-    console = Console()
+    console = command_console()
     found = {}
     for trace in loaded:
         violations = found[trace.trace_id] = tuple(check_history(trace))

@@ -115,10 +115,11 @@ def places_past_long_max(model: Model, command: v.Command | None, expected: v.Ob
         added = command.task if isinstance(command, v.TimerAdd) else command.op
         delay = command.delay_ms if isinstance(command, v.TimerAdd) else model.ops[command.op].delay_ms
         return added in past_long_max(model) or compares_past_long_max(model, model.now_ms + delay)
-    return isinstance(command, v.Advance) and bool(past_long_max(model))
+    return advances_past_long_max(model, command, expected)
 
 
 def advances_past_long_max(model: Model, command: v.Command | None, expected: v.Observation | None) -> bool:
+    """The step advances the clock while an entry sits at a level whose window ends past Long.MAX_VALUE."""
     return isinstance(command, v.Advance) and bool(past_long_max(model))
 
 

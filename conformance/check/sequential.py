@@ -47,7 +47,7 @@ from kpurgatory.conformance.check.findings import Finding, Signature
 from kpurgatory.conformance.check.machine import Abort, Session, Stop, confirm, machine_class, minimise
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
-from kpurgatory.conformance.terminal import markup, safe
+from kpurgatory.conformance.terminal import command_console, markup, safe
 from kpurgatory.conformance.traces.codec import Header, Step, Trace, dumps, write_traces
 from kpurgatory.conformance.traces.view import write_view
 from kpurgatory.model import vocabulary as v
@@ -479,7 +479,7 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
     passes (findings aside), 1 when the implementation fails one, 3 when it only failed to answer (crash, hang,
     garbage), a counterexample could not be written, or the check was interrupted; --junit is written in every
     case."""
-    console = Console()
+    console = command_console()
 
     def plain(text: str) -> None:
         """Paths and commands: never wrapped or styled, so they can be copied."""

@@ -64,6 +64,7 @@ from kpurgatory.model.purgatory import DelayedOperationPurgatory as ModelPurgato
 from kpurgatory.model.purgatory import Journal
 from kpurgatory.model.timer import SystemTimer as ModelTimer
 from kpurgatory.model.timer import TimerTask as ModelTask
+from kpurgatory.conformance.terminal import command_console
 
 IMPLEMENTATIONS = (*IMPL_NAMES, "model", "heapq", "asyncio")
 WORKLOADS = ("T1", "T2", "P1")
@@ -479,7 +480,7 @@ def bench_command(scale: float, seed: int, workloads: tuple[str, ...], implement
                   memory: bool, advance_cost: bool, rounds: int, profile: bool) -> None:
     """Benchmark kpurgatory.impl (compiled and pure Python) against the model, a heapq timer and asyncio's timers
     (T1, T2, P1): ops/s, the ratio to heapq and the CPU time per op, median of interleaved rounds."""
-    console = Console()
+    console = command_console()
     if not console.is_terminal:  # logs and CI: wide enough that rows do not wrap
         console.width = 160
     workloads = workloads or WORKLOADS

@@ -23,7 +23,6 @@ from typing import ClassVar
 
 import attrs
 import click
-from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
@@ -36,6 +35,7 @@ from kpurgatory.impl import SELECTED
 from kpurgatory.impl.purgatory import DelayedOperationPurgatory, checked_keys
 from kpurgatory.impl.timer import DelayQueue, SystemTimer, TimerTaskList, TimingWheel
 from kpurgatory.model import vocabulary as v
+from kpurgatory.conformance.terminal import command_console
 
 # ---------------------------------------------------------------------------------------------------------------
 # Assembling impl from replaceable components
@@ -603,7 +603,7 @@ def mutants_command(only, examples, seed, out, list_only):
             click.echo(f"{mutant.id}\t{mutant.profile}\t{mutant.bug_class}\t{mutant.description}")
         return
     seed = random.randrange(2**32) if seed is None else seed
-    console = Console()
+    console = command_console()
     outcomes = []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("mutants", total=len(chosen))

@@ -33,6 +33,7 @@ from kpurgatory.impl.workloads import (FetchParams, Partition, PartitionData, Re
                                        SimulatedPurgatory, Simulation, TopicPartition, scenario_config)
 from kpurgatory.impl.workloads.simulator import PURGATORY_KINDS, SCENARIOS
 from kpurgatory.model import vocabulary as v
+from kpurgatory.conformance.terminal import command_console
 
 IMPLEMENTATION = "kpurgatory.impl, driven by kpurgatory.impl.workloads"
 
@@ -349,7 +350,7 @@ def simulate_command(scenario, out, plot, **overrides):
     kpurgatory.impl; print the figures, optionally write the traces and a plot.
 
     Parameters left out keep the scenario's values (see kpurgatory.impl.workloads.simulator)."""
-    console = Console()
+    console = command_console()
     if scenario == "seed":
         if out is None:
             raise click.UsageError("--scenario seed writes scenario files: give --out DIR")

@@ -27,7 +27,7 @@ from rich.text import Text
 
 from kpurgatory.conformance.check.compare import LEVELS, Difference, describe_events, exact_difference
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
-from kpurgatory.conformance.terminal import markup, safe
+from kpurgatory.conformance.terminal import command_console, markup, safe
 from kpurgatory.conformance.traces.codec import MODEL, Trace, TraceFormatError, command_to_json, read_traces
 from kpurgatory.model import CommandError, Model
 from kpurgatory.model import vocabulary as v
@@ -283,7 +283,7 @@ def open_target(impl: str | None, adapter: str | None, timeout: float):
 
 def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> list[ReplayReport]:
     """Replay and print each trace."""
-    console = Console()
+    console = command_console()
     target = open_target(impl, adapter, timeout)
     reports = []
     try:
@@ -336,7 +336,7 @@ def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
             click.echo(safe(f"{trace.trace_id}\t{trace.header.description or ''}"))
         return
     target = open_target(impl, adapter, timeout)
-    console = Console()
+    console = command_console()
     summary = Table(title="scenario corpus against "
                           + ("the model" if target is None else markup(target.hello.implementation)))
     summary.add_column("scenario", overflow="fold")
