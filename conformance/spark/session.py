@@ -1,10 +1,11 @@
 """Starting Spark from the kpurgatory command line: quiet, friendly, sized for a small machine.
 
 What a user of ``kpurgatory validate-traces`` should see is kpurgatory's output, not the JVM's: logs go through a
-log4j2 file at ERROR, the UI and console progress bar are off, the driver binds loopback only (SPARK_LOCAL_IP, so no
-hostname warnings or DNS lookups), and workers run this interpreter (PYSPARK_PYTHON), not whatever ``python3`` is on
-PATH. A missing Java is one clear error before any JVM is attempted. Defaults suit a 2-core / 24 GiB machine; every
-setting can be overridden with ``--conf key=value``. ``.master()`` is called only for ``--master``: under
+log4j2 file at ERROR, the UI and console progress bar are off, the driver binds loopback when every executor is on
+this host (SPARK_LOCAL_IP, so no hostname warnings or DNS lookups; on a cluster the driver's address is the user's to
+give, see `on_this_host`), and workers run this interpreter (PYSPARK_PYTHON), not whatever ``python3`` is on PATH.
+A missing Java is one clear error before any JVM is attempted. Defaults suit a 2-core / 24 GiB machine; every setting
+can be overridden with ``--conf key=value``. ``.master()`` is called only for ``--master``: under
 spark-submit the submitter's master wins, and plain ``kpurgatory`` runs on ``local[2]``.
 """
 
@@ -12,10 +13,12 @@ from __future__ import annotations
 
 import contextlib
 import importlib.resources
+import ipaddress
 import os
 import shutil
 import sys
 import threading
+import urllib.parse
 from typing import Iterator
 
 import click
@@ -66,6 +69,23 @@ def log4j_file() -> str:
     return str(importlib.resources.files("kpurgatory.conformance.spark").joinpath("log4j2.properties"))
 
 
+def on_this_host(master: str) -> bool:
+    """Whether every executor of ``master`` runs on this host's loopback: local mode, or a standalone master at a
+    loopback address. Only then may the driver bind loopback; executors elsewhere must reach it on the network."""
+    if master.startswith("local"):
+        return True
+    if not master.startswith("spark://"):
+        return False
+    return all(loopback(urllib.parse.urlsplit(f"spark://{address}").hostname) for address in master[8:].split(","))
+
+
+def loopback(host: str | None) -> bool:
+    try:
+        return host == "localhost" or ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def get_session(master: str | None = None, conf: dict[str, str] | None = None, app: str = "kpurgatory"):
     """The process's SparkSession, created quietly on first use (see the module docstring)."""
     java_executable()
@@ -73,7 +93,8 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, a
         from pyspark.sql import SparkSession
     except ImportError:
         raise SparkUnavailable("PySpark is not installed: pip install 'kpurgatory[spark]'") from None
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    if on_this_host(master or LOCAL_MASTER) and not {"spark.driver.host", "spark.driver.bindAddress"} & set(conf or {}):
+        os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = {**DEFAULTS,
                 "spark.pyspark.python": sys.executable,
