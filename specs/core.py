@@ -10,6 +10,8 @@ An *obligation* is a Python function whose docstring is its statement in words a
              (a deliberately broken copy of a spec) it shows that the obligations have teeth.
 ``not inductive``  an invariant the obligation relies on is not preserved by some step from some state satisfying
              it; no reachable violation was found (that would be ``refuted``), so the invariant needs strengthening.
+``unknown: resource limit``  a query used up its z3 resource budget (``rlimit``) undecided. The budget counts z3's
+             own steps, not seconds, so whether it is hit does not depend on the machine or its load.
 
 Every obligation that claims something (kind obligation, model or support) names a *mutant* of its subject: the
 same encoding with one deliberate bug (``mutant=`` in the decorator, applied when the function is called with
@@ -34,13 +36,18 @@ from kpurgatory.conformance.traces.codec import Trace
 
 PROVED, REFUTED, BOUND, UNKNOWN, ERROR = "proved", "refuted", "bound", "unknown", "error"
 NOT_INDUCTIVE = "not inductive"
+RESOURCE_LIMIT = "unknown: resource limit"
 
 #: what an obligation is: a property of Kafka's design that must hold, a place where Kafka is wrong (a finding),
 #: a property of the model's own choices, or a broken copy of a spec that must be refuted
 KINDS = ("obligation", "finding", "model", "mutant", "support")
 
-#: wall-clock: generous, because these machines are shared (an obligation that takes 2 s idle took 60 s at load 13)
-DEFAULT_TIMEOUT_MS = 300_000
+#: z3's resource budget per query (its ``rlimit``: a count of solver steps, the same on every machine and at any
+#: load, unlike a wall-clock timeout). The largest query of `kpurgatory prove` uses about 4e7; 3e8 is a minute or
+#: two of z3's work on these machines.
+DEFAULT_RLIMIT = 300_000_000
+#: what z3 says when a query stops at its resource limit (no timeout is ever set, so "canceled" is the limit too)
+LIMIT_REASONS = ("max. resource limit exceeded", "resource limits reached", "canceled")
 
 
 @attrs.define
@@ -167,56 +174,56 @@ def as_expected(ob: Obligation, outcome: Outcome) -> bool:
 
 @attrs.frozen
 class Answer:
-    status: str  # PROVED (negation unsat), REFUTED (model found) or UNKNOWN
+    status: str  # PROVED (negation unsat), REFUTED (model found), RESOURCE_LIMIT or UNKNOWN
     model: z3.ModelRef | None = None
     reason: str = ""
 
 
-def solver(timeout_ms: int = DEFAULT_TIMEOUT_MS, seed: int = 0) -> z3.Solver:
+def solver() -> z3.Solver:
+    """A seeded solver with the resource budget (read at each call, so a test can lower it)."""
     s = z3.Solver()
-    s.set("timeout", timeout_ms)
-    s.set("random_seed", seed)
+    s.set("rlimit", DEFAULT_RLIMIT)
+    s.set("random_seed", 0)
     return s
 
 
-def prove(hypotheses: Iterable[object], goal: object, timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Answer:
+def undecided(s: z3.Solver | z3.Optimize) -> str:
+    """The status of a query z3 left undecided: RESOURCE_LIMIT when it ran out of its budget, else UNKNOWN."""
+    return RESOURCE_LIMIT if s.reason_unknown() in LIMIT_REASONS else UNKNOWN
+
+
+def prove(hypotheses: Iterable[object], goal: object) -> Answer:
     """Is ``hypotheses => goal`` valid? PROVED, or REFUTED with a model of ``hypotheses and not goal``."""
-    s = solver(timeout_ms)
+    s = solver()
     s.add(*hypotheses)
     s.add(z3.Not(goal))
     return _answer(s)
 
 
-def find(constraints: Iterable[object], timeout_ms: int = DEFAULT_TIMEOUT_MS) -> Answer:
+def find(constraints: Iterable[object]) -> Answer:
     """Is there a model of ``constraints``? REFUTED (a model: the property these constraints violate is refuted)."""
-    s = solver(timeout_ms)
+    s = solver()
     s.add(*constraints)
     return _answer(s)
 
 
-def _answer(s: z3.Solver) -> Answer:
+def _answer(s: z3.Solver | z3.Optimize) -> Answer:
     result = s.check()
     if result == z3.unsat:
         return Answer(PROVED)
     if result == z3.sat:
         return Answer(REFUTED, s.model())
-    return Answer(UNKNOWN, reason=s.reason_unknown())
+    return Answer(undecided(s), reason=s.reason_unknown())
 
 
-def minimise(constraints: Iterable[object], objectives: Iterable[object], timeout_ms: int = DEFAULT_TIMEOUT_MS
-             ) -> Answer:
+def minimise(constraints: Iterable[object], objectives: Iterable[object]) -> Answer:
     """A model of ``constraints`` with the objectives minimised lexicographically (small, readable counterexamples)."""
     opt = z3.Optimize()
-    opt.set("timeout", timeout_ms)
+    opt.set("rlimit", DEFAULT_RLIMIT)
     opt.add(*constraints)
     for objective in objectives:
         opt.minimize(objective)
-    result = opt.check()
-    if result == z3.sat:
-        return Answer(REFUTED, opt.model())
-    if result == z3.unsat:
-        return Answer(PROVED)
-    return Answer(UNKNOWN, reason=opt.reason_unknown())
+    return _answer(opt)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -249,18 +256,20 @@ class Lemma:
         return _prove_lemma(self)
 
 
-_LEMMA_RESULTS: dict[str, tuple[str, float]] = {}
+#: by lemma name and resource budget (a result reached under another budget may differ)
+_LEMMA_RESULTS: dict[tuple[str, int], tuple[str, float]] = {}
 
 
 def _prove_lemma(lemma: Lemma) -> tuple[str, float]:
-    if lemma.name not in _LEMMA_RESULTS:
+    key = (lemma.name, DEFAULT_RLIMIT)
+    if key not in _LEMMA_RESULTS:
         start = time.perf_counter()
         values, ranges = lemma.backend.longs(" ".join(f"{lemma.name}.{v}" for v in lemma.variables.split()))
         hypothesis, conclusion = lemma.body(*values)
         hints = lemma.hints(*values) if lemma.hints is not None else []
         answer = prove([ranges, hypothesis, *hints], conclusion)
-        _LEMMA_RESULTS[lemma.name] = (answer.status, time.perf_counter() - start)
-    return _LEMMA_RESULTS[lemma.name]
+        _LEMMA_RESULTS[key] = (answer.status, time.perf_counter() - start)
+    return _LEMMA_RESULTS[key]
 
 
 def with_lemmas(lemmas: Iterable[Lemma]) -> tuple[list[tuple[str, str, float]], bool]:
@@ -285,8 +294,8 @@ def verdict(answer: Answer, method: str, lemmas: list[tuple[str, str, float]] | 
     if answer.status == PROVED and not lemmas_ok:
         failed = ", ".join(name for name, status, _ in lemmas if status != PROVED)
         return Outcome(UNKNOWN, method, f"proved from lemmas that were not all proved: {failed}", lemmas=lemmas)
-    if answer.status == UNKNOWN:
-        return Outcome(UNKNOWN, method, f"{detail + ': ' if detail else ''}z3: {answer.reason}", lemmas=lemmas)
+    if answer.status in (UNKNOWN, RESOURCE_LIMIT):
+        return Outcome(answer.status, method, f"{detail + ': ' if detail else ''}z3: {answer.reason}", lemmas=lemmas)
     if answer.status == REFUTED:
         return Outcome(REFUTED, method, detail or "z3 found a model of the negation", lemmas=lemmas)
     return Outcome(PROVED, method, detail, lemmas=lemmas)

@@ -30,7 +30,10 @@ Results. **proved**: z3 showed the negation unsatisfiable (for invariants: initi
 bound). **bound**: checked up to the stated bound only. **refuted**: z3 found a model; expected for *findings* (where
 Kafka's arithmetic or design is wrong; the counterexample is documented and replayable) and for *mutants* (broken
 copies of a spec, which must be refuted). **not inductive**: an invariant is not preserved by some step from a state
-satisfying it, and no run within the BMC bound reaches a violation; the invariant needs strengthening.
+satisfying it, and no run within the BMC bound reaches a violation; the invariant needs strengthening. **unknown:
+resource limit**: a query used up its z3 budget undecided. Every query has the same budget (`rlimit`, counted in
+z3's own steps, 3e8; the largest query below uses about 4e7), never a wall-clock timeout, so a result does not
+depend on the machine or its load.
 
 Every obligation that claims something names **its mutant**: the same encoding with one deliberate bug in its
 subject. `kpurgatory prove` runs the mutant right after the obligation and fails unless it is refuted, so each

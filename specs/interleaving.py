@@ -26,7 +26,7 @@ import z3
 
 from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.model import vocabulary as v
-from kpurgatory.specs.core import PROVED, REFUTED, UNKNOWN, Outcome, obligation, solver
+from kpurgatory.specs.core import PROVED, REFUTED, Outcome, obligation, solver, undecided
 
 DONE = 99
 MUTANTS = ("no_second_try", "no_cancel_after_add", "force_without_cas")
@@ -174,7 +174,7 @@ def explore(threads: tuple[int, ...], mutants: frozenset, *, final_bad=None, any
     lengths is complete) for a state where ``any_bad`` holds, or a final state (all threads done) where
     ``final_bad`` holds."""
     depth = sum(PROGRAM_LENGTH[t] for t in threads)
-    sol = solver(120_000)
+    sol = solver()
     states = [fresh("0")]
     sol.add(initial(states[0], threads))
     choices = []
@@ -202,7 +202,7 @@ def explore(threads: tuple[int, ...], mutants: frozenset, *, final_bad=None, any
     if result == z3.unsat:
         return PROVED, None, depth
     if result != z3.sat:
-        return UNKNOWN, None, depth
+        return undecided(sol), None, depth
     model = sol.model()
     steps = []
     for i, choice in enumerate(choices):
@@ -232,7 +232,7 @@ def outcome(status: str, schedule: Schedule | None, depth: int, threads: tuple[i
         return Outcome(PROVED, method, f"no interleaving {what}")
     if status == REFUTED:
         return Outcome(REFUTED, method, f"{what}: {schedule}", witness={"schedule": [list(s) for s in schedule.steps]})
-    return Outcome(UNKNOWN, method, "z3 gave up")
+    return Outcome(status, method, "z3 gave up")
 
 
 DOMAIN_2 = "1 op, 1 key; T1 watch, T2 set_ready+check; every interleaving"

@@ -40,7 +40,8 @@ import z3
 from kpurgatory.conformance.traces.codec import Header, Trace, model_trace
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
-from kpurgatory.specs.core import BOUND, NOT_INDUCTIVE, PROVED, REFUTED, UNKNOWN, Outcome, obligation, solver
+from kpurgatory.specs import core
+from kpurgatory.specs.core import BOUND, NOT_INDUCTIVE, PROVED, REFUTED, Outcome, obligation, solver, undecided
 
 OPS, KEYS = 3, 2
 
@@ -592,11 +593,12 @@ def _value(model: z3.ModelRef, term) -> int:
 
 
 def bmc(bad, depth: int, *, mutants=frozenset(), kinds=ALL_KINDS, max_delay: int | None = 4,
-        step_bad=None, timeout_ms: int = 120_000) -> tuple[str, Run | None, int]:
+        step_bad=None) -> tuple[str, Run | None, int]:
     """Bounded model checking from the initial state: is ``bad(state)`` (or ``step_bad(s, c, n, obs)``) reachable
-    within ``depth`` commands? Returns (REFUTED, path, steps) or (BOUND, None, depth) or (UNKNOWN, None, steps)."""
+    within ``depth`` commands? Returns (REFUTED, path, steps) or (BOUND, None, depth) or (undecided, None, steps)
+    (z3 gave up, or used up its resource limit: `undecided`)."""
     s0 = initial_state(z3.Int("P"))
-    sol = solver(timeout_ms)
+    sol = solver()
     sol.add(s0[("P",)] >= 0, s0[("P",)] <= MAX_PURGE_INTERVAL)
     states, cmds = [s0], []
     for i in range(depth + 1):
@@ -619,6 +621,7 @@ def bmc(bad, depth: int, *, mutants=frozenset(), kinds=ALL_KINDS, max_delay: int
         sol.push()
         sol.add(Or(*here))
         result = sol.check()
+        status = undecided(sol)  # read before pop, which forgets why z3 gave up
         if result == z3.sat:
             model = sol.model()
             run = Run(_value(model, s0[("P",)]),
@@ -627,25 +630,24 @@ def bmc(bad, depth: int, *, mutants=frozenset(), kinds=ALL_KINDS, max_delay: int
             return REFUTED, run, i
         sol.pop()
         if result != z3.unsat:
-            return UNKNOWN, None, i
+            return status, None, i
         # no violation within i steps: the search for a first violation may assume none earlier
         sol.add(Not(Or(*here)))
     return BOUND, None, depth
 
 
-def inductive(inv, *, mutants=frozenset(), kinds=ALL_KINDS, goal=None, step_goal=None,
-              timeout_ms: int = 120_000) -> tuple[str, str]:
+def inductive(inv, *, mutants=frozenset(), kinds=ALL_KINDS, goal=None, step_goal=None) -> tuple[str, str]:
     """Is ``inv`` an inductive invariant (initiation: the initial state satisfies it, for every purge interval;
     consecution: inv(s) and a well-formed command give inv(s')), and does it imply ``goal`` / the one-step
-    ``step_goal``? Returns (PROVED | REFUTED | NOT_INDUCTIVE | UNKNOWN, which part failed): REFUTED when the initial
+    ``step_goal``? Returns (PROVED | REFUTED | NOT_INDUCTIVE | undecided, which part failed): REFUTED when the initial
     state violates ``inv``, NOT_INDUCTIVE when a state satisfying it steps out of it (or violates a goal) — which says
     the invariant is too weak or a reachable violation exists deeper than any BMC ran, not that one was found."""
     s0 = initial_state(z3.Int("P0"))
-    init = solver(timeout_ms)
+    init = solver()
     init.add(s0[("P",)] >= 0, Not(inv(s0)))
     r = init.check()
     if r != z3.unsat:
-        return (REFUTED if r == z3.sat else UNKNOWN), "initiation"
+        return (REFUTED if r == z3.sat else undecided(init)), "initiation"
     s, c = symbolic_state("s"), symbolic_cmd("c")
     n, obs = step(s, c, mutants, kinds)
     checks = [("consecution", inv(n))]
@@ -654,11 +656,11 @@ def inductive(inv, *, mutants=frozenset(), kinds=ALL_KINDS, goal=None, step_goal
     if step_goal is not None:
         checks.append(("step goal", step_goal(s, c, n, obs)))
     for part, target in checks:
-        sol = solver(timeout_ms)
+        sol = solver()
         sol.add(inv(s), cmd_domain(s, c, kinds), Not(target))
         r = sol.check()
         if r != z3.unsat:
-            return (NOT_INDUCTIVE if r == z3.sat else UNKNOWN), part
+            return (NOT_INDUCTIVE if r == z3.sat else undecided(sol)), part
     return PROVED, ""
 
 
@@ -944,11 +946,12 @@ DOMAIN = (f"{OPS} ops, {KEYS} keys, all 8 commands, any purge interval, tick 1, 
 
 def invariant_is_inductive(mutants: frozenset = frozenset()) -> tuple[str, str, float]:
     """Whether the shared invariant is inductive (with every step property as a goal), for the current shape."""
-    return _invariant_is_inductive(mutants, SHAPE.ops, SHAPE.keys, SHAPE.tick)
+    return _invariant_is_inductive(mutants, SHAPE.ops, SHAPE.keys, SHAPE.tick, core.DEFAULT_RLIMIT)
 
 
 @functools.cache
-def _invariant_is_inductive(mutants: frozenset, ops: int, keys: int, tick: int) -> tuple[str, str, float]:
+def _invariant_is_inductive(mutants: frozenset, ops: int, keys: int, tick: int, rlimit: int) -> tuple[str, str, float]:
+    # keyed by the resource budget too: a result reached under another budget may differ
     start = time.perf_counter()
     status, part = inductive(invariant, mutants=mutants,
                              step_goal=lambda s, c, n, o: And(*step_properties(s, c, n, o).values()))
@@ -972,7 +975,7 @@ def bmc_and_induction(name: str, mutant: str | None = None) -> Outcome:
         return Outcome(REFUTED, f"induction fails ({part}); BMC", f"violated after {depth} commands: "
                        f"{describe_run(run)}", traces={} if mutant else {"counterexample": trace})
     if status != BOUND:
-        return Outcome(UNKNOWN, f"BMC d={BMC_DEPTH}", f"BMC gave up at depth {depth}")
+        return Outcome(status, f"BMC d={BMC_DEPTH}", f"BMC gave up at depth {depth}")
     return Outcome(ind, f"induction + BMC d={BMC_DEPTH}", f"the invariant is {ind} ({part}); no violation of this "
                    f"property within {BMC_DEPTH} commands")
 

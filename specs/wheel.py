@@ -28,8 +28,8 @@ import z3
 
 from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.model import vocabulary as v
-from kpurgatory.specs.core import (BOUND, NOT_INDUCTIVE, PROVED, REFUTED, UNKNOWN, Lemma, Outcome, find, minimise,
-                                   fresh_z3_context, obligation, prove, solver, verdict, with_lemmas)
+from kpurgatory.specs.core import (BOUND, NOT_INDUCTIVE, PROVED, REFUTED, Lemma, Outcome, find, fresh_z3_context,
+                                   minimise, obligation, prove, solver, undecided, verdict, with_lemmas)
 from kpurgatory.specs.javalong import (BV, EXACT, INT_MAX, JINT, LONG_MAX, LONG_MIN, OPERATORS, PY, Backend,
                                        BVBackend, FloorRemainderBackend, JIntBackend, Long, PyBackend, SignedModuloBVBackend,
                                        definition_query, multiple_lemma, no_overflow_add, no_overflow_mul)
@@ -658,6 +658,7 @@ def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_
             sol.push()
             sol.add(z3.Not(goal))
             result = sol.check()
+            status = undecided(sol)  # read before pop, which forgets why z3 gave up
             if result == z3.sat:
                 model = sol.model()
                 run = [("add" if model.eval(k, model_completion=True).as_long() == ADD else "advance",
@@ -670,8 +671,8 @@ def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_
                                witness={"tick_ms": tick, "wheel_size": size, "start_ms": start_ms, "run": run})
             sol.pop()
             if result != z3.unsat:
-                return Outcome(UNKNOWN, f"BMC d={depth}", f"tick {tick}, wheel {size}, {levels} levels, step {i + 1}: "
-                               f"z3 {sol.reason_unknown()}")
+                return Outcome(status, f"BMC d={depth}", f"tick {tick}, wheel {size}, {levels} levels, step {i + 1}: "
+                               f"z3 gave up")
             sol.add(goal)
             s = fresh
         s = wheel.fresh("s")

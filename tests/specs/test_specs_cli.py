@@ -55,3 +55,16 @@ def test_list():
 
 def test_obligations_md_is_generated_from_the_code():
     assert (SPECS / "obligations.md").read_text() == render(), "run: kpurgatory prove --markdown > specs/obligations.md"
+
+
+def test_a_resource_limit_hit_is_reported_as_such(tmp_path, monkeypatch):
+    """z3's budget is counted in its own steps, so a query that needs more than it is 'unknown: resource limit' on
+    every machine: neither proved nor refuted nor 'not inductive', and prove fails."""
+    from kpurgatory.specs import core
+
+    monkeypatch.setattr(core, "DEFAULT_RLIMIT", 20_000)
+    result = CliRunner().invoke(main, ["prove", "--json", "--jobs", "1", "--out", str(tmp_path),
+                                       "--only", "purgatory.cleanup.map", "--only", "wheel.refusal.exact"])
+    assert result.exit_code == 1, result.output
+    rows = {row["name"]: row for row in json.loads(result.output)["obligations"]}
+    assert {row["result"] for row in rows.values()} == {"unknown: resource limit"}, rows
