@@ -99,6 +99,7 @@ OTHERS_ABSTRACTED = "others_abstracted"
 #: spec mutants of the purgatory: one bug each, named by what it breaks
 MUTANTS = {
     "purge_ge": "the purge test uses >= instead of >",
+    "purge_before_expiries": "the purge test reads numDelayed before the advance's expiries",
     "no_second_try": "tryCompleteElseWatch without its second tryComplete",
     "force_without_cas": "forceComplete completes an op that is already completed (no compare-and-set)",
     "expire_early": "the reaper expires ops one ms before their deadline",
@@ -176,9 +177,9 @@ def Eq(a, b):
 # State, commands, observations
 # ---------------------------------------------------------------------------------------------------------------
 
-BOOL_OP = ("created", "ready", "completed", "in_timer", "dropped", "uncounted", "tried")
-INT_OP = ("tc", "exp", "delay", "ro", "via", "completions")
-GLOBAL = ("now", "est", "P", "nd_ctr", "w_ctr")
+BOOL_OP = ("created", "ready", "completed", "in_timer", "dropped", "uncounted", "tried", "entry_new", "entry_old")
+INT_OP = ("tc", "exp", "delay", "ro", "via", "completions", "calls")
+GLOBAL = ("now", "est", "P", "nd_ctr", "w_ctr", "at_purge")
 
 
 def state_keys() -> list[tuple]:
@@ -292,6 +293,7 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
             n[("present", k)] = Or(n[("present", k)], And(append, c.mult[k] > 0))
         n[("w_ctr",)] = n[("w_ctr",)] + If(append, Sum(c.mult), 0)
         n[("est",)] = n[("est",)] + I(phase)
+        n[("calls", o)] = s[("calls", o)] + I(phase)
         if "no_second_try" in mutants:
             win2, tries = False, tries1
             n[("tried", o)] = And(s[("tried", o)], Not(append))
@@ -306,6 +308,8 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
         add = And(phase, Not(win2), Not(done_before))
         n[("nd_ctr",)] = n[("nd_ctr",)] + I(And(add, Not(s[("in_timer", o)])))
         n[("in_timer", o)] = Or(n[("in_timer", o)], add)
+        n[("entry_new", o)] = Or(s[("entry_new", o)], add)
+        n[("entry_old", o)] = And(s[("entry_old", o)], Not(add))  # a re-watch replaces the timer entry
         n[("exp", o)] = If(add, s[("now",)] + n[("delay", o)], s[("exp", o)])
         n[("dropped", o)] = And(s[("dropped", o)], Not(add))
         n[("uncounted", o)] = And(s[("uncounted", o)], Not(add))
@@ -433,10 +437,15 @@ def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
         expired.append(fire)
     n[("now",)] = c.to
     delayed = Sum(I(n[("in_timer", o)]) for o in range(SHAPE.ops))
-    fires = c.purge if OTHERS_ABSTRACTED in mutants else purge_due(n[("est",)], delayed, s[("P",)], mutants)
+    tested = Sum(I(s[("in_timer", o)]) for o in range(SHAPE.ops)) if "purge_before_expiries" in mutants else delayed
+    fires = c.purge if OTHERS_ABSTRACTED in mutants else purge_due(n[("est",)], tested, s[("P",)], mutants)
     n[("est",)] = If(fires, delayed, n[("est",)])
+    n[("at_purge",)] = If(fires, delayed, s[("at_purge",)])
     purged = 0
     for o in range(SHAPE.ops):
+        n[("calls", o)] = If(fires, 0, s[("calls", o)])
+        n[("entry_old", o)] = If(fires, n[("in_timer", o)], s[("entry_old", o)])
+        n[("entry_new", o)] = And(s[("entry_new", o)], Not(fires))
         for k in range(SHAPE.keys):
             gone = If(And(fires, n[("completed", o)], "purge_keeps_completed" not in mutants), n[("cnt", k, o)], 0)
             n[("cnt", k, o)] = n[("cnt", k, o)] - gone
@@ -456,7 +465,7 @@ def step(s: dict, c: Cmd, mutants: frozenset = frozenset(), kinds: Iterable[int]
     """The transition relation. A concrete kind runs its transition; a symbolic one is the case split over
     ``kinds``."""
     if isinstance(c.kind, int):
-        return TRANSITIONS[c.kind](s, c, mutants)
+        return entries_pending(*TRANSITIONS[c.kind](s, c, mutants))
     kinds = list(kinds)
     results = [(kind, TRANSITIONS[kind](s, c, mutants)) for kind in kinds]
     _, (n, obs) = results[-1]
@@ -469,6 +478,15 @@ def step(s: dict, c: Cmd, mutants: frozenset = frozenset(), kinds: Iterable[int]
                   tuple(If(is_kind, a, b) for a, b in zip(ok.expired, obs.expired)),
                   If(is_kind, ok.purged, obs.purged), If(is_kind, ok.purge_count, obs.purge_count),
                   tuple(If(is_kind, a, b) for a, b in zip(ok.removed, obs.removed)))
+    return entries_pending(n, obs)
+
+
+def entries_pending(n: dict, obs: Obs) -> tuple[dict, Obs]:
+    """Ghost state of the purge rule's specification: a timer entry that left the timer (by completion, expiry or
+    cancellation) is no longer pending, whichever purge epoch it belongs to."""
+    for o in range(SHAPE.ops):
+        for name in ("entry_new", "entry_old"):
+            n[(name, o)] = And(n[(name, o)], n[("in_timer", o)])
     return n, obs
 
 
@@ -1166,11 +1184,29 @@ def coarse_tick(mutated: bool = False) -> Outcome:
 # --- purge rule and memory ---------------------------------------------------------------------------------------
 
 
+def gone_since_purge(s: dict, obs: Obs):
+    """The purge rule's specification, in terms of the registrations since the last purge rather than Kafka's
+    estimate: every watch call since then that got past its first tryComplete, and every timer entry pending at the
+    last purge; minus those still pending after this advance's expiries (the entry a call added, if it is still in
+    the timer; the last purge's entries still in the timer)."""
+    still_new = Sum(I(And(s[("entry_new", o)], Not(obs.expired[o]))) for o in range(SHAPE.ops))
+    still_old = Sum(I(And(s[("entry_old", o)], Not(obs.expired[o]))) for o in range(SHAPE.ops))
+    return Sum(s[("calls", o)] for o in range(SHAPE.ops)) + s[("at_purge",)] - still_new - still_old
+
+
 def purge_rule(s, c, n, obs):
-    delayed_after = Sum(I(And(s[("in_timer", o)], Not(obs.expired[o]))) for o in range(SHAPE.ops))
-    gone = s[("est",)] - delayed_after
-    return Implies(c.kind == ADVANCE, And(Implies(obs.purged, gone >= s[("P",)] + 1),
-                                          Implies(Not(obs.purged), gone <= s[("P",)])))
+    return Implies(c.kind == ADVANCE, Eq(obs.purged, gone_since_purge(s, obs) > s[("P",)]))
+
+
+def registrations(s: dict) -> object:
+    """How the ghost state of `gone_since_purge` relates to the timer: an op in the timer holds exactly one entry,
+    from before or since the last purge; the last purge's entries still pending are at most those it saw."""
+    parts = [s[("at_purge",)] >= Sum(I(s[("entry_old", o)]) for o in range(SHAPE.ops)),
+             s[("est",)] == s[("at_purge",)] + Sum(s[("calls", o)] for o in range(SHAPE.ops))]
+    for o in range(SHAPE.ops):
+        parts += [s[("calls", o)] >= 0, Not(And(s[("entry_new", o)], s[("entry_old", o)])),
+                  Eq(s[("in_timer", o)], Or(s[("entry_new", o)], s[("entry_old", o)]))]
+    return And(*parts)
 
 
 def bmc_then_invariant(inv, step_goal, mutant: str | None, kinds=ALL_KINDS, depth: int = 6) -> Outcome:
@@ -1187,14 +1223,26 @@ def bmc_then_invariant(inv, step_goal, mutant: str | None, kinds=ALL_KINDS, dept
     return Outcome(status, f"induction + BMC d={depth}", f"{part} fails; no violation within {depth} commands")
 
 
-@obligation("purgatory.purge.threshold", domain=f"{OPS} ops, {KEYS} keys, any state satisfying the invariant",
+@obligation("purgatory.purge.threshold", domain=f"{OPS} ops, {KEYS} keys, all 8 commands, any purge interval and "
+                                                  f"delays; induction (if it fails, BMC to 6 for a run)",
             mutant=MUTANTS["purge_ge"])
 def purge_threshold(mutated: bool = False) -> Outcome:
-    """The purge fires exactly when strictly more than purgeInterval operations are estimated gone from the timer:
-    at every advance, after the expiries, a purge happens if and only if estimated - numDelayed > purgeInterval
-    (transcript 05: with interval 2, 4 - 2 = 2 does not purge and 4 - 1 = 3 does). Checked for one step from any
-    state of the inductive invariant, so for every reachable state."""
-    return bmc_then_invariant(invariant, purge_rule, "purge_ge" if mutated else None)
+    """The purge fires exactly when more than purgeInterval of the registrations made since the last purge are
+    gone, stated without Kafka's estimate: count every tryCompleteElseWatch since the last purge that got past its
+    first tryComplete, and every timer entry that was pending when the last purge ran; take away those still
+    pending after this advance's expiries (the entry a counted watch added, the last purge's entries). At every
+    advance a purge happens if and only if that count is strictly greater than purgeInterval (transcript 05: with
+    interval 2 and 4 watched ops, 2 still pending does not purge and 1 does). Kafka decides with
+    estimated - numDelayed; the obligation is that this estimate, reset to numDelayed at each purge, always equals
+    the count, so a test with >= or a different counter (numDelayed read before the expiries, say) is refuted.
+    Proved by induction on the shared invariant with the ghost state of the count (which op holds a timer entry
+    from before or since the last purge, how many watches each op had since)."""
+    return threshold_check("purge_ge" if mutated else None)
+
+
+def threshold_check(mutant: str | None) -> Outcome:
+    """purgatory.purge.threshold on the spec with ``mutant`` applied if given."""
+    return bmc_then_invariant(lambda s: And(invariant(s), registrations(s)), purge_rule, mutant)
 
 
 def bmc_advance_bad(bound_of):

@@ -92,3 +92,13 @@ def test_the_crosscheck_reports_a_hanging_model(monkeypatch):
     monkeypatch.setattr(purgatory, "STEP_LIMIT_S", 0.2)
     problems = purgatory.crosscheck([v.Watch("a", ["k0"], 5), v.Advance(1)], v.Params(tick_ms=1, wheel_size=2))
     assert problems == ["step 2 Advance(to_ms=1): the model did not answer within 0.2 s (hang)"]
+
+
+@pytest.mark.parametrize("mutant", ["purge_ge", "purge_before_expiries"])
+def test_the_purge_threshold_refutes_a_wrong_inequality_and_a_wrong_counter(mutant):
+    """The purge rule is stated against the registrations since the last purge, not against Kafka's estimate, so a
+    purge test with >= or with numDelayed read before the advance's expiries is refuted by a run."""
+    assert purgatory.threshold_check(None).status == PROVED
+    outcome = purgatory.threshold_check(mutant)
+    assert outcome.status == REFUTED, outcome.detail
+    assert "advance(" in outcome.detail
