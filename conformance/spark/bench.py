@@ -2,19 +2,22 @@
 
 A benchmark, not a test: run it by hand (``kpurgatory spark-bench`` or
 ``python -m kpurgatory.conformance.spark.bench``). It records a corpus of model traces (``--events`` rows in traces
-of ``--steps`` commands, JSON Lines, kept under ``--corpus`` for the next run), then validates that same corpus
+of ``--steps`` commands, JSON Lines, kept under ``--corpus`` for the next run), then validates that same corpus in
+each run of `RUNS` that ``--runs`` names:
 
-* ``python`` — in this process, no Spark: read the files (`corpus.read_splits`), sort by trace and seq with pyarrow,
-  and stream the batches through `validate.validate_batches`, the very function Spark runs. Its replay-only time is
-  the floor: what the model, the codec and the comparison cost;
-* ``spark1``, ``spark2`` — ``run_validation`` end to end (read, shuffle, sort, replay, write all outputs, summary)
-  on ``local[1]`` and ``local[2]``, each after an untimed warm-up on the bundled sample (JVM JIT, Python workers),
+* ``plain`` — ``kpurgatory replay``'s path in this process, no Spark: the codec reads each file, every trace is
+  replayed. The floor: what the codec, the model and the comparison cost;
+* ``job`` — the validator's own Python in this process, no Spark: each split read and judged as a Spark task does it
+  (`validate.judge_rows`). Against ``plain`` it shows what the job costs per row beyond the replay;
+* ``local1``, ``local2`` — ``run_validation`` end to end (read, replay, write all outputs, summary) on ``local[1]``
+  and ``local[2]``, each after an untimed warm-up on the bundled sample (JVM JIT, Python workers), once per job
+  shape of ``--shape`` (`validate.SHAPES`), so shapes are compared side by side in one run.
 
-and prints events/s (input rows per second), each run's peak resident memory and the cores it really used (CPU
-seconds over wall seconds; for ``python`` this process, for Spark the whole process tree: this process, the JVM and
-the Python workers), the machine's 1-minute load average when the run ended (other work on the machine slows every
-run: compare runs made under similar load) and the scaling from one core to two. Spark's plumbing is cheap when
-``spark1`` comes close to the plain process and ``spark2`` doubles it, given two free cores.
+For each it prints events/s (input rows per second) in all and per core, the ratio to ``plain``, the peak resident
+memory of the whole process tree (this process, the JVM and its Python workers) over the run, warm-up included, the
+cores it really used while timed (CPU seconds of the tree over wall seconds) and the machine's 1-minute load average
+before and after (other work on the machine slows every run: compare runs of one table). Spark's plumbing is cheap
+when ``local1`` comes close to ``plain`` and ``local2`` doubles it, given two free cores.
 """
 
 from __future__ import annotations
@@ -25,27 +28,28 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Callable
 
+import attrs
 import click
-import pyarrow as pa
 from rich.console import Console
 from rich.table import Table
 
 from kpurgatory.conformance.spark import corpus, sample
 from kpurgatory.conformance.spark.record import MODEL, recording
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress
-from kpurgatory.conformance.spark.validate import run_validation, validate_batches
-
-RUNS = ("python", "spark1", "spark2")
+from kpurgatory.conformance.spark.validate import SHAPES, judge_rows, run_validation
+from kpurgatory.conformance.traces.codec import read_traces
+from kpurgatory.conformance.traces.replay import replay
 
 
 class Usage:
-    """Samples this process, and with ``tree`` all its descendants (the JVM and its Python workers), while active:
-    the peak of their resident memory and the CPU time they used, which says how many cores the run really got."""
+    """Samples the resident memory of this process, and with ``tree`` of all its descendants (the JVM and its Python
+    workers), while active: its peak is what the run needed of the machine."""
 
     def __init__(self, tree: bool, interval: float = 0.25):
         self.tree, self.interval = tree, interval
-        self.peak_rss, self.cpu_start, self.cpu_end = 0, None, 0.0
+        self.peak_rss = 0
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.sample, daemon=True)
 
@@ -59,16 +63,9 @@ class Usage:
 
     def sample(self) -> None:
         while True:
-            rss, cpu = tree_usage(os.getpid(), self.tree)
-            self.peak_rss = max(self.peak_rss, rss)
-            self.cpu_start = cpu if self.cpu_start is None else self.cpu_start
-            self.cpu_end = cpu
+            self.peak_rss = max(self.peak_rss, tree_usage(os.getpid(), self.tree)[0])
             if self.done.wait(self.interval):
                 return
-
-    @property
-    def cpu_seconds(self) -> float:
-        return self.cpu_end - self.cpu_start
 
 
 def tree_usage(root: int, descendants: bool) -> tuple[int, float]:
@@ -101,18 +98,92 @@ def make_corpus(session, folder: Path, traces: int, steps: int) -> None:
         rows.select("text").write.mode("overwrite").text(str(folder))
 
 
-def plain_python(paths: tuple[str, ...]) -> dict:
-    """The replay of the corpus in this process: (events, seconds reading and sorting, seconds replaying)."""
-    started = time.perf_counter()
-    plan = [split for path in paths for split in corpus.line_splits(path)[0]]
-    batch = pa.RecordBatch.from_pylist([dict(zip(("path", "start", "end", "first"), split)) for split in plan])
-    table = pa.Table.from_batches(corpus.read_splits([batch]), corpus.INPUT_SCHEMA).sort_by(
-        [("trace", "ascending"), ("seq", "ascending"), ("source", "ascending"), ("line", "ascending")])
-    read = time.perf_counter() - started
-    for _ in validate_batches(table.to_batches(10_000), "exact"):
-        pass
-    return {"events": table.num_rows, "seconds": time.perf_counter() - started, "replay_seconds":
-            time.perf_counter() - started - read}
+@attrs.frozen
+class Bench:
+    """What every run measures on: the corpus's files, the Spark settings of ``--conf`` and the job's shape."""
+    folder: Path
+    paths: tuple[str, ...]
+    settings: dict[str, str]
+    shape: str
+
+
+@attrs.frozen
+class Timed:
+    events: int
+    seconds: float
+    cpu_seconds: float  # of this process, or with ``tree`` of all its descendants too, while timed
+
+
+def timed(tree: bool, work: Callable[[], int]) -> Timed:
+    """``work()`` (which returns the events it handled), timed in wall and CPU seconds."""
+    cpu, started = tree_usage(os.getpid(), tree)[1], time.perf_counter()
+    events = work()
+    return Timed(events, time.perf_counter() - started, tree_usage(os.getpid(), tree)[1] - cpu)
+
+
+def plain_replay(bench: Bench) -> Timed:
+    """Each file read by the codec and each of its traces replayed, as ``kpurgatory replay`` does."""
+    def work() -> int:
+        events = 0
+        for path in bench.paths:
+            for trace in read_traces(path):
+                replay(trace, level="exact")
+                events += len(trace.steps) + 1
+        return events
+
+    return timed(False, work)
+
+
+def job_in_process(bench: Bench) -> Timed:
+    """The validator's Python on each split, as a Spark task of the ``runs`` shape runs it, in this process."""
+    def work() -> int:
+        events = 0
+        for path in bench.paths:
+            file_splits, lines = corpus.line_splits(path)
+            for split in corpus.trace_cuts(path, file_splits) if len(file_splits) > 1 else file_splits:
+                for _ in judge_rows(corpus.split_rows(*split), "exact", runs=True):
+                    pass
+            events += lines
+        return events
+
+    return timed(False, work)
+
+
+def spark_run(bench: Bench, master: str) -> Timed:
+    """``run_validation`` of the corpus on ``master``, after an untimed warm-up on the bundled sample; the session is
+    stopped afterwards (its JVM-level settings stay those of the process's first session)."""
+    session = get_session(master, bench.settings, "kpurgatory spark-bench")
+    out = Path(tempfile.mkdtemp(prefix="kpurgatory-bench-out-"))
+    try:
+        run_validation(session, [sample.path()], out, "exact", shape=bench.shape)  # JVM JIT, Python workers
+        return timed(True, lambda: run_validation(session, [bench.folder], out, "exact", shape=bench.shape).input_rows)
+    finally:
+        shutil.rmtree(out)
+        session.stop()
+
+
+@attrs.frozen
+class Run:
+    label: str
+    cores: int
+    measure: Callable[[Bench], Timed]
+    spark: bool  # runs once per job shape
+
+
+#: every run spark-bench knows, in the order of its table
+RUNS = {
+    "plain": Run("plain replay", 1, plain_replay, spark=False),
+    "job": Run("job's Python, no Spark", 1, job_in_process, spark=False),
+    "local1": Run("Spark local[1]", 1, lambda bench: spark_run(bench, "local[1]"), spark=True),
+    "local2": Run("Spark local[2]", 2, lambda bench: spark_run(bench, "local[2]"), spark=True),
+}
+
+
+def names(option: str, value: str, known) -> list[str]:
+    chosen = [name.strip() for name in value.split(",") if name.strip()]
+    if not chosen or set(chosen) - set(known):
+        raise click.BadParameter(f"choose from {', '.join(known)}", param_hint=option)
+    return chosen
 
 
 @click.command("spark-bench")
@@ -122,25 +193,25 @@ def plain_python(paths: tuple[str, ...]) -> dict:
               help="Where the corpus is kept, and reused by later runs of the same size [default: a new temporary "
                    "folder, deleted afterwards].")
 @click.option("--runs", default=",".join(RUNS), show_default=True, help=f"Which of {', '.join(RUNS)} to run.")
+@click.option("--shape", "shapes", default="runs", show_default=True,
+              help=f"The job shapes each Spark run is timed with: any of {', '.join(SHAPES)}.")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
-def bench_command(events, steps, folder, runs, conf):
+def bench_command(events, steps, folder, runs, shapes, conf):
     """Events/s of validate-traces on local[1] and local[2] against the same replay in one Python process."""
-    chosen = [run.strip() for run in runs.split(",") if run.strip()]
-    if not chosen or set(chosen) - set(RUNS):
-        raise click.BadParameter(f"choose from {', '.join(RUNS)}", param_hint="--runs")
+    chosen, shapes = names("--runs", runs, RUNS), names("--shape", shapes, SHAPES)
     traces = -(-events // (steps + 1))  # a trace is its header and its steps
     scratch = None if folder else Path(tempfile.mkdtemp(prefix="kpurgatory-bench-corpus-"))
     try:
-        measure(steps, folder or scratch, chosen, conf, traces)
+        measure(steps, folder or scratch, chosen, shapes, parse_conf(conf), traces)
     finally:
         if scratch is not None:
             shutil.rmtree(scratch)
 
 
-def measure(steps: int, folder: Path, chosen: list[str], conf: tuple[str, ...], traces: int) -> None:
+def measure(steps: int, folder: Path, chosen: list[str], shapes: list[str], settings: dict[str, str],
+            traces: int) -> None:
     """Record the corpus into ``folder`` unless it holds one, then time each chosen run on it."""
     console = Console(width=max(120, Console().width))
-    settings = parse_conf(conf)
     if not (folder / "_SUCCESS").exists():
         session = get_session("local[2]", settings, "kpurgatory spark-bench")
         started = time.perf_counter()
@@ -148,39 +219,37 @@ def measure(steps: int, folder: Path, chosen: list[str], conf: tuple[str, ...], 
         session.stop()
         console.print(f"recorded {traces:,} traces in {time.perf_counter() - started:,.0f} s into {folder}")
     paths = corpus.discover([folder]).jsonl
-    rows = {}
-    for run in chosen:
-        with Usage(tree=run != "python") as usage:
-            if run == "python":
-                measured = plain_python(paths)
-            else:
-                session = get_session(f"local[{run[-1]}]", settings, "kpurgatory spark-bench")
-                out = Path(tempfile.mkdtemp(prefix="kpurgatory-bench-out-"))
-                run_validation(session, [sample.path()], out, "exact")  # warm-up: JVM JIT, Python workers
-                summary = run_validation(session, [folder], out, "exact")
-                shutil.rmtree(out)
-                measured = {"events": summary.input_rows, "seconds": summary.seconds}
-        rows[run] = {**measured, "peak_rss": usage.peak_rss, "cores_used": usage.cpu_seconds / measured["seconds"],
-                     "load": os.getloadavg()[0]}
-        if run != "python":
-            session.stop()
-        console.print(f"{run}: {measured['events']:,} events in {measured['seconds']:,.1f} s")
-    table = Table(title=f"validate-traces, {rows[chosen[0]]['events']:,} events in {traces:,} traces of {steps} steps "
+    rows = []
+    for name in chosen:
+        run = RUNS[name]
+        for shape in shapes if run.spark else ["—"]:
+            load = os.getloadavg()[0]
+            with Usage(tree=run.spark) as usage:
+                result = run.measure(Bench(folder, paths, settings, shape))
+            rows.append((run, shape, result, usage.peak_rss, load, os.getloadavg()[0]))
+            console.print(f"{run.label} ({shape}): {result.events:,} events in {result.seconds:,.1f} s")
+    console.print(result_table(rows, traces, steps))
+    by_label = {(run.label, shape): result for run, shape, result, *_ in rows}
+    for shape in shapes:
+        one, two = by_label.get((RUNS["local1"].label, shape)), by_label.get((RUNS["local2"].label, shape))
+        if one and two:
+            console.print(f"scaling from 1 to 2 cores ({shape}): {one.seconds / two.seconds:.2f}x")
+
+
+def result_table(rows: list[tuple], traces: int, steps: int) -> Table:
+    table = Table(title=f"validate-traces, {rows[0][2].events:,} events in {traces:,} traces of {steps} steps "
                         f"({os.cpu_count()} CPUs)")
-    for column in ("run", "cores", "seconds", "events/s", "vs plain Python", "peak RSS", "cores used", "load after"):
-        table.add_column(column, justify="left" if column == "run" else "right")
-    base = rows.get("python", {}).get("seconds")
-    for run, row in rows.items():
-        name = {"python": "plain Python", "spark1": "Spark local[1]", "spark2": "Spark local[2]"}[run]
-        table.add_row(name, "1" if run != "spark2" else "2", f"{row['seconds']:,.1f}",
-                      f"{row['events'] / row['seconds']:,.0f}", f"{base / row['seconds']:.2f}x" if base else "—",
-                      f"{row['peak_rss'] / 2**30:.2f} GiB", f"{row['cores_used']:.2f}", f"{row['load']:.1f}")
-        if run == "python":
-            table.add_row("  replay only", "1", f"{row['replay_seconds']:,.1f}",
-                          f"{row['events'] / row['replay_seconds']:,.0f}", "", "", "", "")
-    console.print(table)
-    if "spark1" in rows and "spark2" in rows:
-        console.print(f"scaling from 1 to 2 cores: {rows['spark1']['seconds'] / rows['spark2']['seconds']:.2f}x")
+    for column in ("run", "shape", "cores", "seconds", "events/s", "per core", "vs plain", "peak RSS", "cores used",
+                   "load before/after"):
+        table.add_column(column, justify="left" if column in ("run", "shape") else "right")
+    plain = next((result for run, _, result, *_ in rows if run is RUNS["plain"]), None)
+    for run, shape, result, peak_rss, before, after in rows:
+        rate = result.events / result.seconds
+        table.add_row(run.label, shape, str(run.cores), f"{result.seconds:,.1f}", f"{rate:,.0f}",
+                      f"{rate / run.cores:,.0f}", f"{plain.seconds / result.seconds:.2f}x" if plain else "—",
+                      f"{peak_rss / 2**30:.2f} GiB", f"{result.cpu_seconds / result.seconds:.2f}",
+                      f"{before:.1f} / {after:.1f}")
+    return table
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ text ``null`` is a null value (a step's null result).
 
 Both become rows of `INPUT_SCHEMA`: ``source`` and ``line`` (file and 1-based line or row number, so every quarantined
 row can be found again), the ``trace`` and ``seq`` to group and order by, and the line itself — ``text`` for JSON
-Lines, the field columns for Parquet. Nothing is parsed beyond trace and seq here and nothing is dropped: a line that
+Lines, the field columns for Parquet. Nothing is judged here and nothing is dropped: a line that
 is blank, not UTF-8 or not JSON still becomes a row (with ``problem`` or a null trace) for the validator to quarantine.
 Lines are cut and decoded by the codec's reader (`codec.split_lines`, `codec.decode_line`), with its limits, so a line
 means here what it means to ``kpurgatory replay``. An empty file is one row (the codec's ``empty input``), and a file
@@ -18,12 +18,17 @@ quarantines every row of it.
 
 JSON Lines files are cut into byte ranges at line boundaries by the driver, which counts the lines on the way, so
 executors read in parallel yet report exact line numbers, and the input's row count is known independently of the
-job (the validator reconciles its outputs against it).
+job (the validator reconciles its outputs against it). Cuts are moved to where a trace ends (`trace_cuts`), so a
+corpus of whole traces one after another can be judged split by split without a shuffle (`Loaded.map_rows`), and
+split sizes follow the machine: about four per core, at most `SPLIT_BYTES`.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import os
 from pathlib import Path
 from typing import Iterable, Iterator
 
@@ -43,8 +48,13 @@ INPUT_SCHEMA = pa.schema([("source", pa.string()), ("line", pa.int64()), ("trace
                           ("text", pa.string()), ("problem", pa.string())] + [(name, pa.string()) for name in FIELDS])
 
 SPLIT_BYTES = 16 << 20
+#: how far `trace_cuts` looks for the end of the trace a cut falls in (a trace of 100 steps is about 12 KB)
+ALIGN_BYTES = 1 << 20
+MIN_SPLIT_BYTES = 1 << 20
 BATCH_ROWS = 8192
 INT64 = (-(2**63), 2**63 - 1)
+#: a row of INPUT_SCHEMA with nothing in it
+BLANK_ROW = dict.fromkeys(INPUT_SCHEMA.names)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -87,6 +97,13 @@ class Inputs:
     jsonl: tuple[str, ...]
     parquet: tuple[str, ...]
 
+    @classmethod
+    def of(cls, paths: Iterable[str]) -> Inputs:
+        """``*.parquet`` is Parquet, anything else JSON Lines."""
+        paths = list(paths)
+        return cls(tuple(p for p in paths if not p.endswith(".parquet")),
+                   tuple(p for p in paths if p.endswith(".parquet")))
+
 
 def discover(paths: Iterable[str | Path]) -> Inputs:
     """Files named on the command line, and every visible file below the folders named (Spark output folders hold
@@ -102,9 +119,7 @@ def discover(paths: Iterable[str | Path]) -> Inputs:
             raise click.BadParameter(f"{path} does not exist", param_hint="INPUT")
     if not found:
         raise click.BadParameter("no input files found", param_hint="INPUT")
-    resolved = [str(p.resolve()) for p in found]
-    return Inputs(tuple(p for p in resolved if not p.endswith(".parquet")),
-                  tuple(p for p in resolved if p.endswith(".parquet")))
+    return Inputs.of(str(p.resolve()) for p in found)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -150,46 +165,90 @@ def truncated_end(path: str, lines: int) -> tuple[int, str] | None:
     return None
 
 
-def line_fields(raw: bytes) -> tuple[str | None, str | None, str | None, int | None]:
-    """(text, problem, trace, seq) of one line; only trace and seq are taken from it."""
+def line_fields(raw: bytes) -> dict:
+    """The INPUT_SCHEMA fields of one line but its position: text, problem, trace and seq (only those two are taken
+    from it), and its JSON value as ``document`` when it has one, so the validator need not parse it again."""
+    row = dict(BLANK_ROW)
     try:
-        text = raw.decode("utf-8")
+        row["text"] = text = raw.decode("utf-8")
     except UnicodeDecodeError:
         try:
             codec.decode_line(raw)
         except ValueError as error:
-            return None, str(error), None, None
+            row["problem"] = str(error)
+            return row
     try:
         document = codec.decode_text(text)
     except ValueError:
-        return text, None, None, None
-    if not isinstance(document, dict):
-        return text, None, None, None
-    trace, seq = document.get("trace"), document.get("seq")
-    trace = trace if isinstance(trace, str) else None
-    seq = seq if type(seq) is int and INT64[0] <= seq <= INT64[1] else None
-    return text, None, trace, seq
+        return row
+    row["document"] = document
+    if isinstance(document, dict):
+        trace, seq = document.get("trace"), document.get("seq")
+        row["trace"] = trace if isinstance(trace, str) else None
+        row["seq"] = seq if type(seq) is int and INT64[0] <= seq <= INT64[1] else None
+    return row
+
+
+def split_rows(path: str, start: int, end: int, first: int) -> Iterator[dict]:
+    """The INPUT_SCHEMA rows (with `line_fields`' ``document``) of the lines in one split."""
+    if not end:
+        yield {**BLANK_ROW, "source": path, "line": first, "problem": codec.EMPTY_INPUT}
+        return
+    with open(path, "rb") as file:
+        file.seek(start)
+        data = file.read(end - start)
+    for number, raw in enumerate(codec.split_lines(data)[0], start=first):
+        row = line_fields(raw)
+        row["source"], row["line"] = path, number
+        yield row
+
+
+def splits_of(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, int, int, int]]:
+    """The (path, start, end, first line) splits in a mapInArrow's input."""
+    for batch in batches:
+        yield from zip(*(batch.column(i).to_pylist() for i in range(4)))
 
 
 def read_splits(batches: Iterable[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
     """mapInArrow body: (path, start, end, first_line) rows -> INPUT_SCHEMA rows, one per line, in batches."""
-    for batch in batches:
-        for path, start, end, first in zip(*(batch.column(i).to_pylist() for i in range(4))):
-            with open(path, "rb") as file:
-                file.seek(start)
-                data = file.read(end - start)
-            lines = codec.split_lines(data)[0] if end else [b""]
-            for offset in range(0, len(lines), BATCH_ROWS):
-                rows = ([line_fields(raw) for raw in lines[offset:offset + BATCH_ROWS]] if end else
-                        [(None, codec.EMPTY_INPUT, None, None)])
-                texts, problems, traces, seqs = zip(*rows)
-                count = len(rows)
-                yield pa.RecordBatch.from_arrays(
-                    [pa.array([path] * count, pa.string()), pa.array(range(first + offset, first + offset + count),
-                                                                     pa.int64()),
-                     pa.array(traces, pa.string()), pa.array(seqs, pa.int64()), pa.array(texts, pa.string()),
-                     pa.array(problems, pa.string())] + [pa.nulls(count, pa.string())] * len(FIELDS),
-                    schema=INPUT_SCHEMA)
+    for split in splits_of(batches):
+        rows = split_rows(*split)
+        while batch := list(itertools.islice(rows, BATCH_ROWS)):
+            yield pa.RecordBatch.from_pylist(batch, INPUT_SCHEMA)
+
+
+def trace_cuts(path: str, splits: list[tuple]) -> list[tuple]:
+    """``path``'s splits with each cut moved past the rest of the trace it falls in (`moved_cut`). A file of whole
+    traces one after another (what ``kpurgatory record`` writes) then gives each trace to one split, which
+    validate-traces judges where it was read, without a shuffle. Any cut is correct (the validator finds the traces
+    that span splits and judges them again whole); this only makes them rare."""
+    cuts = [(splits[0][1], splits[0][3])]
+    with open(path, "rb") as file:
+        for _, start, _, first in splits[1:]:
+            cut = moved_cut(file, start, first)
+            if cuts[-1][0] < cut[0] < splits[-1][2]:  # a trace longer than a split swallows the cuts inside it
+                cuts.append(cut)
+    ends = [start for start, _ in cuts[1:]] + [splits[-1][2]]
+    return [(path, start, end, first) for (start, first), end in zip(cuts, ends)]
+
+
+def moved_cut(file, start: int, first: int) -> tuple[int, int]:
+    """(offset, line number) of a cut at ``start`` (line ``first``) moved to where the trace of the line before it
+    ends (the end of the file, if it runs on to there), if it ends within `ALIGN_BYTES`; else the cut as it was."""
+    file.seek(max(0, start - ALIGN_BYTES))
+    before = file.read(start - file.tell())
+    begins = before.rfind(b"\n", 0, len(before) - 1) + 1
+    if begins == 0 and start > ALIGN_BYTES:  # a line longer than the window
+        return start, first
+    previous = line_fields(before[begins:-1].removesuffix(b"\r"))["trace"]
+    after, position, lines = file.read(ALIGN_BYTES), 0, 0
+    while previous is not None and (end := after.find(b"\n", position)) >= 0:
+        if line_fields(after[position:end].removesuffix(b"\r"))["trace"] != previous:
+            return start + position, first + lines
+        position, lines = end + 1, lines + 1
+    if previous is not None and len(after) < ALIGN_BYTES:  # the trace runs to the end of the file
+        return start + len(after), first + lines
+    return start, first
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -206,41 +265,84 @@ def spark_schema(schema: pa.Schema):
 
 @attrs.frozen
 class Loaded:
-    frame: object  # pyspark.sql.DataFrame of INPUT_SCHEMA rows
+    #: one partition per JSON Lines split (path, start, end, first line), the largest first; None without JSON Lines
+    splits: object | None
+    parquet: object | None  # pyspark.sql.DataFrame of the Parquet files' INPUT_SCHEMA rows; None without Parquet
     rows: int  # counted outside the job: lines of the JSON Lines files plus rows in the Parquet footers
     files: int
     #: JSON Lines files that end in a line cut short -> (its line number, why it is not JSON)
     truncated: dict[str, tuple[int, str]] = {}
 
+    @property
+    def frame(self):
+        """The corpus as one DataFrame of INPUT_SCHEMA rows."""
+        frames = [self.splits.mapInArrow(read_splits, spark_schema(INPUT_SCHEMA))] if self.splits is not None else []
+        return union(frames + ([self.parquet] if self.parquet is not None else []))
 
-def load(session, inputs: Inputs, split_bytes: int = SPLIT_BYTES) -> Loaded:
-    """The corpus as one DataFrame of INPUT_SCHEMA rows, with its row count taken by the driver, outside the job."""
+    def map_rows(self, function, schema: pa.Schema):
+        """``function`` (INPUT_SCHEMA rows as dicts, in file order -> Arrow batches of ``schema``) over the corpus
+        where it lies, without a shuffle: once per JSON Lines split, read by the same task (no row crosses into the
+        JVM and back), and once per partition of Parquet rows."""
+        frames = []
+        if self.splits is not None:
+            frames.append(self.splits.mapInArrow(functools.partial(each_split, function=function),
+                                                 spark_schema(schema)))
+        if self.parquet is not None:
+            frames.append(self.parquet.mapInArrow(functools.partial(each_partition, function=function),
+                                                  spark_schema(schema)))
+        return union(frames)
+
+
+def each_split(batches: Iterable[pa.RecordBatch], function) -> Iterator[pa.RecordBatch]:
+    for split in splits_of(batches):
+        yield from function(split_rows(*split))
+
+
+def each_partition(batches: Iterable[pa.RecordBatch], function) -> Iterator[pa.RecordBatch]:
+    yield from function(row for batch in batches for row in batch.to_pylist())
+
+
+def union(frames: list):
+    frame = frames[0]
+    for other in frames[1:]:
+        frame = frame.unionByName(other)
+    return frame
+
+
+def split_size(paths: Iterable[str], parallelism: int) -> int:
+    """`SPLIT_BYTES`, or less so that every core gets about four splits: the last ones to finish then keep fewer
+    cores waiting."""
+    total = sum(os.path.getsize(path) for path in paths)
+    return max(MIN_SPLIT_BYTES, min(SPLIT_BYTES, total // (4 * parallelism)))
+
+
+def load(session, inputs: Inputs, split_bytes: int | None = None) -> Loaded:
+    """The corpus as splits and Parquet rows, with its row count taken by the driver, outside the job. Inputs must
+    name at least one file (`discover` sees to that)."""
     from pyspark.sql import functions as F
 
-    frames, rows, truncated = [], 0, {}
+    rows, truncated, plan, parquet = 0, {}, None, None
     if inputs.jsonl:
+        split_bytes = split_bytes or split_size(inputs.jsonl, session.sparkContext.defaultParallelism)
         splits = []
         for path in inputs.jsonl:
             file_splits, lines = line_splits(path, split_bytes)
-            splits += file_splits
+            splits += trace_cuts(path, file_splits) if len(file_splits) > 1 else file_splits
             rows += max(lines, 1)
             if cut := truncated_end(path, lines):
                 truncated[path] = cut
-        if splits:
-            plan = session.createDataFrame(splits, "path string, start bigint, end bigint, first bigint")
-            frames.append(plan.repartition(len(splits)).mapInArrow(read_splits, spark_schema(INPUT_SCHEMA)))
+        splits.sort(key=lambda split: split[1] - split[2])  # the largest first: the smallest fill in at the end
+        plan = session.createDataFrame(session.sparkContext.parallelize(splits, len(splits)),
+                                       "path string, start bigint, end bigint, first bigint")
     if inputs.parquet:
         rows += sum(pq.read_metadata(path).num_rows for path in inputs.parquet)
         table = session.read.parquet(*inputs.parquet)
         columns = set(table.columns)
-        frames.append(table.select(
+        parquet = table.select(
             F.url_decode(F.regexp_replace("_metadata.file_path", "^file:", "")).alias("source"),
             (F.col("_metadata.row_index") + 1).alias("line"),
             *[(F.col(name) if name in columns else F.lit(None)).cast(kind).alias(name)
               for name, kind in (("trace", "string"), ("seq", "bigint"))],
             F.lit(None).cast("string").alias("text"), F.lit(None).cast("string").alias("problem"),
-            *[(F.col(name) if name in columns else F.lit(None)).cast("string").alias(name) for name in FIELDS]))
-    frame = frames[0] if frames else session.createDataFrame([], spark_schema(INPUT_SCHEMA))
-    for other in frames[1:]:
-        frame = frame.unionByName(other)
-    return Loaded(frame, rows, len(inputs.jsonl) + len(inputs.parquet), truncated)
+            *[(F.col(name) if name in columns else F.lit(None)).cast("string").alias(name) for name in FIELDS])
+    return Loaded(plan, parquet, rows, len(inputs.jsonl) + len(inputs.parquet), truncated)

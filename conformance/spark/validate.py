@@ -1,10 +1,17 @@
 """``kpurgatory validate-traces``: replay every trace of a corpus through the model, on Spark.
 
-The job: read the corpus (`corpus.load`), ``repartition(trace).sortWithinPartitions(trace, seq, ...)`` so each trace's
-lines arrive together and in order, then stream them through `validate_batches` with ``mapInArrow``. That function
-collects one trace at a time (memory is bounded by the largest trace, not the corpus; a trace may straddle Arrow
-batches) and replays it with `kpurgatory.conformance.traces.replay.replay` — the same codec, model, comparison and contract
-monitor as ``kpurgatory replay``, so a verdict here and there cannot disagree.
+The job (shape ``runs``, `by_runs`): each task reads its part of the corpus (`corpus.Loaded.map_rows`: a JSON Lines
+split cut where a trace ends, or a partition of Parquet rows) and judges it there with `judge_rows`, a run of
+consecutive rows of one trace at a time, put in order by seq — the same codec, model, comparison and contract monitor
+as ``kpurgatory replay`` (`kpurgatory.conformance.traces.replay.replay`), so a verdict here and there cannot
+disagree. Each line is decoded once and no input row crosses into the JVM: a task costs what the plain replay of its
+traces costs, and memory is bounded by the largest trace. A file written by ``kpurgatory record`` holds whole traces
+one after another, so each trace is one run. The job checks that cheaply (one small ``run`` row per run): a trace
+found in more than one run — cut by a split, interleaved with another, spread over files — is judged again whole, by
+the shuffle shape (``repartition(trace).sortWithinPartitions(trace, seq, ...)``, then `validate_batches`) over just
+the files that hold it, and only that verdict is kept. Either way a trace's rows are judged together and in the
+order the shuffle gives them. The other shapes (`SHAPES`) are kept to measure against: ``kpurgatory spark-bench
+--shape runs,shuffle,group``.
 
 A trace is judged whole or not at all. If any of its lines is bad (not JSON, unknown command, missing field, a
 sequence gap or repeat, a second header, no header, an unsupported version, a command the model rejects), every row
@@ -23,6 +30,7 @@ input row, with file and line), ``failing/<trace>.jsonl`` (each failing trace as
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import json
@@ -111,6 +119,8 @@ def decode(row: dict, truncated: dict[str, tuple[int, str]]) -> Header | tuple[s
             raise ValueError(reason)
         if row["problem"]:
             raise ValueError(row["problem"])
+        if "document" in row:  # decoded when it was read (`corpus.line_fields`)
+            return parse_line(row["document"])
         document = codec.decode_text(row["text"]) if row["text"] is not None else corpus.row_document(row)
         return parse_line(document)
     except ValueError as error:
@@ -234,29 +244,50 @@ def judged(rows: list[dict], level: str, truncated: dict[str, tuple[int, str]]) 
         return quarantine_trace(rows, {0: Rejected("validator_crashed", f"{type(error).__name__}: {error}")})
 
 
-def validate_batches(batches: Iterable[pa.RecordBatch], level: str,
-                     truncated: dict[str, tuple[int, str]] | None = None) -> Iterator[pa.RecordBatch]:
-    """mapInArrow body: input rows sorted by trace then seq -> result rows. Rows without a trace id are judged alone;
-    the others are collected per trace, carried across batch boundaries. ``truncated`` as in `decode`."""
+def spark_order(row: dict) -> tuple:
+    """The order the shuffle gives a trace's rows: by seq (nulls first), then source and line."""
+    return row["seq"] is not None, row["seq"] or 0, row["source"], row["line"]
+
+
+def judge_rows(rows: Iterable[dict], level: str, truncated: dict[str, tuple[int, str]] | None = None, *,
+               runs: bool = False) -> Iterator[pa.RecordBatch]:
+    """Input rows -> result rows. Rows without a trace id are judged alone; the others are judged a group at a time,
+    a group being consecutive rows of one trace. With ``runs`` the rows come in file order: each group is put in
+    `spark_order` first, and a ``run`` row per group and source (trace, source, rows) lets the job find the traces
+    whose rows were not all in one group. ``truncated`` as in `decode`."""
     truncated = truncated or {}
     group: list[dict] = []
     results: list[dict] = []
-    for batch in batches:
-        for row in batch.to_pylist():
-            if row["trace"] is None:
-                results += judged([row], level, truncated)
-                continue
-            if group and row["trace"] != group[0]["trace"]:
-                results += judged(group, level, truncated)
-                group = []
-            group.append(row)
-        if len(results) >= corpus.BATCH_ROWS:
-            yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
-            results = []
+
+    def judge_group() -> None:
+        if runs:
+            group.sort(key=spark_order)
+            for source in dict.fromkeys(row["source"] for row in group):
+                results.append({"kind": "run", "trace": group[0]["trace"], "source": source, "rows": len(group)})
+        results.extend(judged(group, level, truncated))
+
+    for row in rows:
+        if row["trace"] is None:
+            results += judged([row], level, truncated)
+            continue
+        if group and row["trace"] != group[0]["trace"]:
+            judge_group()
+            group = []
+            if len(results) >= corpus.BATCH_ROWS:
+                yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
+                results = []
+        group.append(row)
     if group:
-        results += judged(group, level, truncated)
+        judge_group()
     if results:
         yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
+
+
+def validate_batches(batches: Iterable[pa.RecordBatch], level: str,
+                     truncated: dict[str, tuple[int, str]] | None = None) -> Iterator[pa.RecordBatch]:
+    """mapInArrow body: input rows sorted by trace then seq -> result rows (`judge_rows`); a trace's rows may
+    straddle Arrow batches."""
+    return judge_rows((row for batch in batches for row in batch.to_pylist()), level, truncated)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -310,20 +341,73 @@ def write_failing(failing, folder: Path, level: str) -> int:
     return written
 
 
-def run_validation(session, paths, out: Path, level: str = "exact", split_bytes: int = corpus.SPLIT_BYTES) -> Summary:
+SORTED = ("trace", "seq", "source", "line")
+
+
+def by_shuffle(session, loaded: corpus.Loaded, level: str, cleanup: contextlib.ExitStack):
+    """Every row to the partition of its trace, sorted there, streamed through `validate_batches`."""
+    return shuffled(loaded.frame, level, loaded.truncated)
+
+
+def shuffled(rows, level: str, truncated: dict[str, tuple[int, str]]):
+    validator = functools.partial(validate_batches, level=level, truncated=truncated)
+    return (rows.repartition("trace").sortWithinPartitions(*SORTED)
+            .mapInArrow(validator, corpus.spark_schema(RESULT_SCHEMA)))
+
+
+def by_group(session, loaded: corpus.Loaded, level: str, cleanup: contextlib.ExitStack):
+    """``groupBy(trace).applyInArrow``: each trace a table of its own (rows without a trace id form one group,
+    whose rows `judge_rows` judges one by one)."""
+    truncated = loaded.truncated
+
+    def judge_table(table: pa.Table) -> pa.Table:  # its type hints tell Spark the kind of function
+        rows = sorted(table.to_pylist(), key=spark_order)
+        return pa.Table.from_batches(list(judge_rows(rows, level, truncated)), RESULT_SCHEMA)
+
+    return loaded.frame.groupBy("trace").applyInArrow(judge_table, corpus.spark_schema(RESULT_SCHEMA))
+
+
+def by_runs(session, loaded: corpus.Loaded, level: str, cleanup: contextlib.ExitStack):
+    """Each trace judged where it was read (`corpus.Loaded.map_rows`, `judge_rows` with runs): no shuffle, and each
+    line decoded once. A trace whose rows were not all in one run (cut by a split, interleaved with another, spread
+    over files) is judged again with `shuffled`, from the files that hold it, and only that judgement is kept."""
+    from pyspark import StorageLevel
+    from pyspark.sql import functions as F
+
+    validator = functools.partial(judge_rows, level=level, truncated=loaded.truncated, runs=True)
+    first = loaded.map_rows(validator, RESULT_SCHEMA).persist(StorageLevel.DISK_ONLY)
+    cleanup.callback(first.unpersist)
+    runs = first.where("kind = 'run'").groupBy("trace").agg(F.count("*").alias("runs"),
+                                                            F.collect_set("source").alias("sources"))
+    spread = runs.where("runs > 1")
+    sources = [row.source for row in spread.select(F.explode("sources").alias("source")).distinct().collect()]
+    judged_here = first.where("kind != 'run'")
+    if not sources:
+        return judged_here
+    spread = spread.select("trace").persist(StorageLevel.DISK_ONLY)
+    cleanup.callback(spread.unpersist)
+    again = corpus.load(session, corpus.Inputs.of(sources))
+    return judged_here.join(spread, "trace", "left_anti").unionByName(
+        shuffled(again.frame.join(spread, "trace", "left_semi"), level, loaded.truncated))
+
+
+#: how the job brings each trace's rows together: `by_runs` is the fastest (see ``kpurgatory spark-bench --shape``)
+SHAPES = {"runs": by_runs, "shuffle": by_shuffle, "group": by_group}
+
+
+def run_validation(session, paths, out: Path, level: str = "exact", split_bytes: int | None = None,
+                   shape: str = "runs") -> Summary:
     """Validate the corpus at ``paths`` into ``out``; raises AssertionError if the outputs do not reconcile."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
     loaded = corpus.load(session, corpus.discover(paths), split_bytes)
-    validator = functools.partial(validate_batches, level=level, truncated=loaded.truncated)
-    results = (loaded.frame.repartition("trace").sortWithinPartitions("trace", "seq", "source", "line")
-               .mapInArrow(validator, corpus.spark_schema(RESULT_SCHEMA))
-               .persist(StorageLevel.DISK_ONLY))
-    try:
+    with contextlib.ExitStack() as cleanup:
         out.mkdir(parents=True, exist_ok=True)
         with progress(session, "validating"):
+            results = SHAPES[shape](session, loaded, level, cleanup).persist(StorageLevel.DISK_ONLY)
+            cleanup.callback(results.unpersist)
             results.where("kind = 'verdict'").selectExpr(*VERDICT_COLUMNS).write.mode("overwrite").parquet(
                 str(out / "verdicts.parquet"))
         results.where("kind = 'quarantine'").selectExpr(*QUARANTINE_COLUMNS).write.mode("overwrite").parquet(
@@ -332,8 +416,6 @@ def run_validation(session, paths, out: Path, level: str = "exact", split_bytes:
             F.sum("rows").alias("rows"), F.sum("traces").alias("traces"),
             F.sum("steps_checked").alias("steps")).collect()
         written = write_failing(results.where(f"verdict = '{FAIL}'"), out / "failing", level)
-    finally:
-        results.unpersist()
     verdicts = [row for row in counts if row.kind == "verdict"]
     quarantined = [row for row in counts if row.kind == "quarantine"]
     by_verdict, by_property, by_reason = Counter(), Counter(), Counter()

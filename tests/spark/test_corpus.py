@@ -1,5 +1,6 @@
 """Reading corpora: exact line numbers from byte-range splits, Parquet rows that round-trip, input discovery."""
 
+import json
 import random
 
 import pytest
@@ -58,3 +59,25 @@ def test_discover_walks_folders_and_skips_spark_markers(tmp_path):
     found = corpus.discover([tmp_path / "out"])
     assert [p.rsplit("/", 1)[1] for p in found.jsonl] == ["part-0.txt"]
     assert [p.rsplit("/", 1)[1] for p in found.parquet] == ["x.parquet"]
+
+
+@pytest.mark.parametrize("window", [corpus.ALIGN_BYTES, 64])
+def test_cuts_move_to_where_a_trace_ends_and_keep_exact_line_numbers(tmp_path, monkeypatch, window):
+    monkeypatch.setattr(corpus, "ALIGN_BYTES", window)
+    rng = random.Random(window)
+    path = tmp_path / "traces.jsonl"
+    for _ in range(200):
+        lines = [json.dumps({"trace": f"t{index}", "seq": seq, "pad": "x" * rng.randint(0, 30)})
+                 for index in range(rng.randint(1, 20)) for seq in range(rng.randint(1, 12))]
+        data = "\n".join(lines).encode() + b"\n"
+        path.write_bytes(data)
+        splits = corpus.trace_cuts(str(path), corpus.line_splits(str(path), rng.randint(1, 400))[0])
+        assert splits[0][1] == 0 and splits[-1][2] == len(data)
+        assert all(end == start for (_, _, end, _), (_, start, _, _) in zip(splits, splits[1:]))
+        holders: dict[str, set[int]] = {}
+        for index, (_, start, end, first) in enumerate(splits):
+            assert start < end and first == data[:start].count(b"\n") + 1 and data[start - 1:start] in (b"", b"\n")
+            for raw in data[start:end].splitlines():
+                holders.setdefault(json.loads(raw)["trace"], set()).add(index)
+        if window > len(data):  # a window larger than any trace: no trace is cut
+            assert all(len(indexes) == 1 for indexes in holders.values())

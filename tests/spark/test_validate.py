@@ -132,3 +132,20 @@ def test_bad_input_the_sample_lacks_is_quarantined_whole_too(tmp_path):
     assert reasons == {"twice": {"second_header", "trace_quarantined"}, "float-seq": {"bad_field", "trace_quarantined"},
                        "ok": {"pass"}, None: {"not_utf8"}}
     assert sum(rows.column("rows").to_pylist()) == len(text.splitlines())
+
+
+@pytest.mark.spark
+def test_traces_cut_by_splits_or_spread_over_files_get_the_verdicts_the_shuffle_gives(spark, tmp_path):
+    lines = sample.path().read_bytes().splitlines(keepends=True)
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "first.jsonl").write_bytes(b"".join(lines[: len(lines) // 2]))  # a trace spans the files
+    (tmp_path / "in" / "second.jsonl").write_bytes(b"".join(lines[len(lines) // 2:]))
+    tables = {}
+    for shape, split_bytes in (("shuffle", None), ("runs", 2000)):  # small splits: many tasks, cuts moved
+        out = tmp_path / f"{shape}-{split_bytes}"
+        summary = run_validation(spark, [tmp_path / "in"], out, split_bytes=split_bytes, shape=shape)
+        tables[shape, split_bytes] = summary.verdicts, summary.quarantine, *(
+            sorted(map(str, pq.read_table(out / name).to_pylist())) for name in ("verdicts.parquet",
+                                                                                  "quarantine.parquet"))
+    assert tables["runs", 2000] == tables["shuffle", None]
+    assert tables["shuffle", None][:2] == (sample.EXPECTED["verdicts"], sample.EXPECTED["quarantine"])
