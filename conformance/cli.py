@@ -32,6 +32,7 @@ SUBCOMMANDS: dict[str, str] = {
     "check-history": "kpurgatory.conformance.check.concurrent:check_history_command",
     "mutants": "kpurgatory.conformance.tools.mutants:mutants_command",
     "replay": "kpurgatory.conformance.traces.replay:replay_command",
+    "replay-bench": "kpurgatory.conformance.traces.replay_bench:replay_bench_command",
     "scenarios": "kpurgatory.conformance.traces.replay:scenarios_command",
     "simulate": "kpurgatory.conformance.tools.simulate:simulate_command",
     "view": "kpurgatory.conformance.traces.view:view_command",

@@ -353,7 +353,7 @@ class ContractMonitor:
         self.apply_events(command, observation)
 
     def _on_check(self, command: v.Check, observation: v.Observation) -> None:
-        listed = Counter(self.live.get(command.key, {}))
+        listed = dict(self.live.get(command.key, {}))  # before the completions below take entries out
         candidates = [op_id for op_id in listed if self.ops[op_id].ready]
         completions = self.apply_events(command, observation)
         completed_here = {c.op for c in completions if c.via == "check"}
@@ -364,7 +364,11 @@ class ContractMonitor:
         self.expect_result("justified", command, observation.result, len(completed_here))
         # the walk removes every completed entry it visits; an op listed n times and completed at a later visit
         # keeps its n - 1 earlier (already visited) entries
-        self.stale[command.key] = Counter({op_id: listed[op_id] - 1 for op_id in completed_here if listed[op_id] > 1})
+        kept = {op_id: listed[op_id] - 1 for op_id in completed_here if listed.get(op_id, 0) > 1}
+        if kept:
+            self.stale[command.key] = Counter(kept)
+        else:
+            self.stale.pop(command.key, None)
 
     def _on_cancel_key(self, command: v.CancelKey, observation: v.Observation) -> None:
         live = self.live.pop(command.key, Counter())

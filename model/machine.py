@@ -32,15 +32,24 @@ def validate_params(profile: str, params: v.Params) -> None:
         raise CommandError(str(error)) from None
 
 
+@functools.cache
+def name_fields(command_class: type[v.Command]) -> tuple[str, ...]:
+    """The fields of a command that name an op, a task or a key."""
+    return tuple(field.name for field in attrs.fields(command_class) if field.name in ("op", "task", "key"))
+
+
 def validate_names(command: v.Command) -> None:
     """Ids and keys are non-empty strings (the schema's rule, enforced here for callers that skip the codec)."""
-    names = [(field.name, getattr(command, field.name)) for field in attrs.fields(type(command))
-             if field.name in ("op", "task", "key")]
+    for field in name_fields(type(command)):
+        require_name(command, field, getattr(command, field))
     if isinstance(command, v.Watch):
-        names += [(f"keys[{index}]", key) for index, key in enumerate(command.keys)]
-    for field, value in names:
-        if not isinstance(value, str) or not value:
-            raise CommandError(f"{command.name}: {field} must be a non-empty string, got {value!r}")
+        for index, key in enumerate(command.keys):
+            require_name(command, f"keys[{index}]", key)
+
+
+def require_name(command: v.Command, field: str, value: object) -> None:
+    if not isinstance(value, str) or not value:
+        raise CommandError(f"{command.name}: {field} must be a non-empty string, got {value!r}")
 
 
 @attrs.define(eq=False)
@@ -86,14 +95,16 @@ class Model:
         events, groups = self.journal.take()
         return v.Observation(result=result, events=events, error=error, groups=groups)
 
-    @functools.singledispatchmethod
     def _execute(self, command: v.Command) -> v.Json:
-        raise CommandError(f"{command.name}: unsupported command")
+        """The Kafka call ``command`` stands for: the method ``_<name>`` below, named after the command."""
+        call = getattr(self, f"_{command.name}", None)
+        if call is None:
+            raise CommandError(f"{command.name}: unsupported command")
+        return call(command)
 
     # --- timer profile ----------------------------------------------------------------------------------------
 
-    @_execute.register
-    def _(self, command: v.TimerAdd) -> None:
+    def _timer_add(self, command: v.TimerAdd) -> None:
         task = self.tasks.get(command.task)
         if task is None:
             task = self.tasks[command.task] = TimerTask(command.task, command.delay_ms, on_run=self._record_run)
@@ -105,14 +116,12 @@ class Model:
     def _record_run(self, task: TimerTask) -> None:
         self.journal.record(v.Run(task.task_id))
 
-    @_execute.register
-    def _(self, command: v.TimerCancel) -> None:
+    def _timer_cancel(self, command: v.TimerCancel) -> None:
         self._task(command.task).cancel()
 
     # --- purgatory profile ------------------------------------------------------------------------------------
 
-    @_execute.register
-    def _(self, command: v.Watch) -> bool:
+    def _watch(self, command: v.Watch) -> bool:
         op = self.ops.get(command.op)
         if op is None:
             if command.delay_ms is None:
@@ -126,42 +135,33 @@ class Model:
                     raise CommandError(f"watch: op {command.op!r} was created with {field}={fixed}, not {given}")
         return self.purgatory.try_complete_else_watch(op, command.keys)
 
-    @_execute.register
-    def _(self, command: v.SetReady) -> None:
+    def _set_ready(self, command: v.SetReady) -> None:
         self._op(command.op).ready = command.ready
 
-    @_execute.register
-    def _(self, command: v.Check) -> int:
+    def _check(self, command: v.Check) -> int:
         return self.purgatory.check_and_complete(command.key)
 
-    @_execute.register
-    def _(self, command: v.CancelKey) -> list[str]:
+    def _cancel_key(self, command: v.CancelKey) -> list[str]:
         return [op.op_id for op in self.purgatory.cancel_for_key(command.key)]
 
-    @_execute.register
-    def _(self, command: v.Force) -> bool:
+    def _force(self, command: v.Force) -> bool:
         return self._op(command.op).force_complete("force")
 
-    @_execute.register
-    def _(self, command: v.Try) -> bool:
+    def _try(self, command: v.Try) -> bool:
         return self._op(command.op).try_complete("try")
 
-    @_execute.register
-    def _(self, command: v.Cancel) -> None:
+    def _cancel(self, command: v.Cancel) -> None:
         self._op(command.op).cancel()
 
-    @_execute.register
-    def _(self, command: v.Watched) -> int:
+    def _watched(self, command: v.Watched) -> int:
         return self.purgatory.watched()
 
-    @_execute.register
-    def _(self, command: v.Delayed) -> int:
+    def _delayed(self, command: v.Delayed) -> int:
         return self.purgatory.num_delayed()
 
     # --- both profiles ----------------------------------------------------------------------------------------
 
-    @_execute.register
-    def _(self, command: v.Advance) -> None:
+    def _advance(self, command: v.Advance) -> None:
         try:
             if self.profile == "purgatory":
                 self.purgatory.advance_clock(command.to_ms)
@@ -170,25 +170,20 @@ class Model:
         except TimerDomainError as error:
             raise CommandError(f"advance: to_ms: {error}") from None
 
-    @_execute.register
-    def _(self, command: v.Size) -> int:
+    def _size(self, command: v.Size) -> int:
         return self.timer.size()
 
-    @_execute.register
-    def _(self, command: v.Shutdown) -> list[str]:
+    def _shutdown(self, command: v.Shutdown) -> list[str]:
         self.is_shut_down = True
         return sorted(task.task_id for task in self.purgatory.shutdown())
 
-    @_execute.register
-    def _(self, command: v.Wheel) -> dict:
+    def _wheel(self, command: v.Wheel) -> dict:
         return self.timer.describe()
 
-    @_execute.register
-    def _(self, command: v.WatcherKeys) -> list[str]:
+    def _watcher_keys(self, command: v.WatcherKeys) -> list[str]:
         return self.purgatory.watcher_keys()
 
-    @_execute.register
-    def _(self, command: v.DelayQueue) -> list[int]:
+    def _delay_queue(self, command: v.DelayQueue) -> list[int]:
         return self.timer.queued_expirations()
 
     # --- lookups ----------------------------------------------------------------------------------------------

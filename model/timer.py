@@ -111,10 +111,18 @@ class TimerTaskEntry:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+@attrs.define
+class TaskCounter:
+    """Kafka's taskCounter: the number of entries in all the buckets of one timer, kept by the buckets themselves."""
+
+    value: int = 0
+
+
 @attrs.define(eq=False)
 class TimerTaskList:
     """A bucket: entries in insertion order, and the expiration of the tick they belong to (-1 when unused)."""
 
+    counter: TaskCounter = attrs.field(repr=False)
     expiration_ms: int = -1
     entries: dict[TimerTaskEntry, None] = attrs.field(factory=dict, repr=False)  # an ordered set
 
@@ -122,11 +130,13 @@ class TimerTaskList:
         entry.remove()  # an entry lives in at most one bucket
         self.entries[entry] = None
         entry.bucket = self
+        self.counter.value += 1
 
     def remove(self, entry: TimerTaskEntry) -> None:
         if entry.bucket is self:
             del self.entries[entry]
             entry.bucket = None
+            self.counter.value -= 1
 
     def set_expiration(self, expiration_ms: int) -> bool:
         """Returns whether the expiration changed: only then must the bucket be (re)queued."""
@@ -179,17 +189,20 @@ class TimingWheel:
     wheel_size: int
     current_time_ms: int
     queue: DelayQueue = attrs.field(repr=False)
+    counter: TaskCounter = attrs.field(repr=False)
     buckets: list[TimerTaskList] = attrs.field(repr=False)
     overflow_wheel: TimingWheel | None = None
 
     @classmethod
-    def create(cls, tick_ms: int, wheel_size: int, start_ms: int, queue: DelayQueue) -> TimingWheel:
+    def create(cls, tick_ms: int, wheel_size: int, start_ms: int, queue: DelayQueue,
+               counter: TaskCounter) -> TimingWheel:
         return cls(
             tick_ms=tick_ms,
             wheel_size=wheel_size,
             current_time_ms=start_ms - start_ms % tick_ms,  # rounded down to a multiple of the tick
             queue=queue,
-            buckets=[TimerTaskList() for _ in range(wheel_size)],
+            counter=counter,
+            buckets=[TimerTaskList(counter) for _ in range(wheel_size)],
         )
 
     @property
@@ -215,7 +228,8 @@ class TimingWheel:
     def add_overflow_wheel(self) -> TimingWheel:
         """Created on first use: tick = this wheel's interval, start = this wheel's current time."""
         if self.overflow_wheel is None:
-            self.overflow_wheel = TimingWheel.create(self.interval, self.wheel_size, self.current_time_ms, self.queue)
+            self.overflow_wheel = TimingWheel.create(self.interval, self.wheel_size, self.current_time_ms, self.queue,
+                                                     self.counter)
         return self.overflow_wheel
 
     def advance_clock(self, time_ms: int) -> None:
@@ -263,14 +277,15 @@ class SystemTimer:
     now_ms: int
     timing_wheel: TimingWheel
     queue: DelayQueue
+    counter: TaskCounter
     on_bucket: Callable[[int], None] = attrs.field(default=lambda expiration_ms: None, repr=False)
 
     @classmethod
     def create(cls, tick_ms: int, wheel_size: int, start_ms: int, **kwargs) -> SystemTimer:
         validate_timer_params(tick_ms, wheel_size, start_ms)
-        queue = DelayQueue()
-        return cls(tick_ms, wheel_size, start_ms, TimingWheel.create(tick_ms, wheel_size, start_ms, queue), queue,
-                   **kwargs)
+        queue, counter = DelayQueue(), TaskCounter()
+        return cls(tick_ms, wheel_size, start_ms, TimingWheel.create(tick_ms, wheel_size, start_ms, queue, counter),
+                   queue, counter, **kwargs)
 
     def add(self, task: TimerTask) -> None:
         """A fresh entry at now + delay replaces the task's previous one (so re-adding resets the deadline)."""
@@ -297,8 +312,8 @@ class SystemTimer:
                 self.add_timer_task_entry(entry)
 
     def size(self) -> int:
-        """Entries currently in buckets, at any level (Kafka keeps this as a shared counter)."""
-        return sum(len(bucket) for wheel in self.timing_wheel.levels() for bucket in wheel.buckets)
+        """Entries currently in buckets, at any level (invariant 5 of `wheel_invariants`)."""
+        return self.counter.value
 
     def pending(self) -> list[TimerTask]:
         return [entry.task for wheel in self.timing_wheel.levels() for bucket in wheel.buckets for entry in bucket.entries]
@@ -350,6 +365,7 @@ def wheel_invariants(timer: SystemTimer) -> list[str]:
     3. Levels: level k+1 has tick equal to level k's interval, and every level's current time is a multiple of its
        tick and no later than the clock.
     4. Queued: every non-empty bucket is in the delay queue under its current expiration.
+    5. Count: the task counter equals the entries in all buckets.
     """
     violations = []
     queued = {(expiration, id(bucket)) for expiration, _, bucket in timer.queue.heap}
@@ -371,4 +387,7 @@ def wheel_invariants(timer: SystemTimer) -> list[str]:
             if bucket.entries and (bucket.expiration_ms, id(bucket)) not in queued:
                 violations.append(f"queued: level {level} bucket {bucket.expiration_ms} is not in the delay queue")
         previous = wheel
+    in_buckets = sum(len(bucket) for wheel in timer.timing_wheel.levels() for bucket in wheel.buckets)
+    if timer.counter.value != in_buckets:
+        violations.append(f"count: the task counter says {timer.counter.value}, the buckets hold {in_buckets}")
     return violations

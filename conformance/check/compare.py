@@ -57,6 +57,8 @@ def describe_events(events) -> str:
 
 def exact_difference(command: v.Command, expected: v.Observation, observed: v.Observation) -> Difference | None:
     """The first difference between the model's ``expected`` observation and ``observed``, or None."""
+    if observed == expected:  # the same result, error and events in the same order: nothing to normalise or regroup
+        return None
     if expected.error != observed.error:
         return Difference("error", expected.error, observed.error,
                           f"expected error {expected.error!r}, observed {observed.error!r}")

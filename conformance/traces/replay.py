@@ -28,7 +28,8 @@ from rich.text import Text
 from kpurgatory.conformance.check.compare import LEVELS, Difference, describe_events, exact_difference
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
 from kpurgatory.conformance.terminal import command_console, markup, safe
-from kpurgatory.conformance.traces.codec import MODEL, Trace, TraceFormatError, command_to_json, read_traces
+from kpurgatory.conformance.traces.codec import (MODEL, Trace, TraceFormatError, collector_paused, command_to_json,
+                                                 read_traces)
 from kpurgatory.model import CommandError, Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import KAFKA, ContractMonitor, Declarations, Violation
@@ -146,28 +147,29 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
     def report(error: str | None = None, broken: bool = False) -> ReplayReport:
         return ReplayReport(trace, "system" if sut is not None else "model", level, tuple(outcomes), error, broken)
 
-    for step in trace.steps:
-        try:
-            expected = model.step(step.command)
-        except CommandError as error:
-            return report(f"step {step.seq}: malformed command: {error}")
-        failures: list[Failure] = []
-        if recording is not None:
-            failures += recording.check(step.command, expected, step.observation)
-        observed = step.system if answers else None
-        if isinstance(observed, str):  # the recorded system failed to answer here
-            return report(f"step {step.seq}: system failed: {observed}", broken=True)
-        if system is not None and v.supported(step.command, features):
+    with collector_paused():
+        for step in trace.steps:
             try:
-                observed = system.step(step.command)
-            except Exception as error:  # the system failed: stop, keep the trace so far
-                return report(f"step {step.seq}: system failed: {error}", broken=True)
-        if observed is not None:
-            failures += sut.check(step.command, expected, observed)
-        outcomes.append(StepOutcome(step.seq, step.command, expected, step.observation if recording else None,
-                                    observed, tuple(failures)))
-        if failures:
-            break
+                expected = model.step(step.command)
+            except CommandError as error:
+                return report(f"step {step.seq}: malformed command: {error}")
+            failures: list[Failure] = []
+            if recording is not None:
+                failures += recording.check(step.command, expected, step.observation)
+            observed = step.system if answers else None
+            if isinstance(observed, str):  # the recorded system failed to answer here
+                return report(f"step {step.seq}: system failed: {observed}", broken=True)
+            if system is not None and v.supported(step.command, features):
+                try:
+                    observed = system.step(step.command)
+                except Exception as error:  # the system failed: stop, keep the trace so far
+                    return report(f"step {step.seq}: system failed: {error}", broken=True)
+            if observed is not None:
+                failures += sut.check(step.command, expected, observed)
+            outcomes.append(StepOutcome(step.seq, step.command, expected, step.observation if recording else None,
+                                        observed, tuple(failures)))
+            if failures:
+                break
     return report()
 
 

@@ -1,0 +1,167 @@
+"""The reader's fast paths say exactly what the slow ones say: a step line checked against its shape's schema is
+accepted exactly when the whole schema accepts it, with the same words when it is not; the shared decoder decodes
+like json.loads; the replay's pause of the cycle collector is undone."""
+
+import gc
+import json
+
+import fastjsonschema
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis import strategies as st
+
+from kpurgatory.conformance.check.strategies import runs
+from kpurgatory.conformance.traces.codec import (Fractional, Header, TraceFormatError, collector_paused,
+                                                 command_validator, decode_text, loads, model_trace, no_constant,
+                                                 shape_validator, step_line, step_line_shape, validate, validator)
+from kpurgatory.conformance.traces.replay import replay, scenarios
+from kpurgatory.model import vocabulary as v
+
+HEADER = ('{"trace":"t","seq":0,"header":{"format":"kpurgatory-trace","version":1,"profile":"purgatory",'
+          '"params":{"tick_ms":1,"wheel_size":20,"start_ms":0,"purge_interval":1000},"implementation":"x"}}')
+#: values that sit on the schema's edges: empty and non-empty strings, the 64-bit bounds, booleans (which are not
+#: integers), whole numbers written with a fraction, null, empty containers
+EDGES = st.sampled_from(["", "a", "k0", 0, 1, -1, 2, 2**31, 2**63 - 1, 2**63, -(2**63), -(2**63) - 1, True, False,
+                         None, [], ["k0"], [""], {}, Fractional(1.0), Fractional(0.5), "empty_keys",
+                         "delay_out_of_range", "check", "expire", [1, 2], {"failure": "x"},
+                         {"result": None, "events": []}])
+JSON = st.recursive(EDGES | st.integers() | st.text(max_size=3),
+                    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=4), inner, max_size=3),
+                    max_leaves=6)
+TOP_KEYS = ("trace", "seq", "cmd", "args", "result", "events", "error", "thread", "invoked", "returned", "failure",
+            "exec_ns", "system", "extra")
+ARG_KEYS = ("task", "delay_ms", "op", "keys", "ready_on", "ready", "key", "to_ms", "extra")
+EVENTS = [{"event": "complete", "op": "o1", "via": "check"}, {"event": ["run"], "task": "t1"}, {"event": "sneeze"}, {"event": "complete", "op": "o1", "via": "expire"},
+          {"event": "expire", "op": "o1"}, {"event": "run", "task": "t1"}, {"event": "purge", "count": 2},
+          {"event": "stale_try", "op": "o2"}]
+EVENT_KEYS = ("event", "op", "via", "task", "count", "extra")
+
+
+def as_read(trace_id: str, step) -> dict:
+    """A step's line as the reader decodes it."""
+    return decode_text(json.dumps(step_line(trace_id, step)))
+
+
+#: a line of every kind: the scenario corpus has every command, event and read-out, and counterexamples
+CORPUS = [as_read(trace.trace_id, step) for trace in scenarios().values() for step in trace.steps]
+
+
+@st.composite
+def step_lines(draw) -> dict:
+    """A step line of the corpus, then a few edits: a top-level key, an argument or an event set to an edge value
+    or removed, an event added, the command swapped; so both sides of every branch of the schema are reached."""
+    line = json.loads(json.dumps(draw(st.sampled_from(CORPUS)), default=float), parse_float=Fractional)
+    for _ in range(draw(st.integers(0, 3))):
+        edit = draw(st.sampled_from(["top", "drop", "arg", "drop arg", "add event", "event", "cmd"]))
+        value = draw(EDGES | JSON)
+        if edit == "top":
+            line[draw(st.sampled_from(TOP_KEYS))] = value
+        elif edit == "drop" and line:
+            del line[draw(st.sampled_from(sorted(line)))]
+        elif edit == "arg" and isinstance(line.get("args"), dict):
+            line["args"][draw(st.sampled_from(ARG_KEYS))] = value
+        elif edit == "drop arg" and isinstance(line.get("args"), dict) and line["args"]:
+            del line["args"][draw(st.sampled_from(sorted(line["args"])))]
+        elif edit == "add event" and isinstance(line.get("events"), list):
+            line["events"].append(dict(draw(st.sampled_from(EVENTS))))
+        elif edit == "event" and isinstance(line.get("events"), list) and line["events"]:
+            index = draw(st.integers(0, len(line["events"]) - 1))
+            if isinstance(line["events"][index], dict) and draw(st.booleans()):
+                line["events"][index][draw(st.sampled_from(EVENT_KEYS))] = value
+            else:
+                line["events"][index] = value
+        elif edit == "cmd":
+            line["cmd"] = draw(st.sampled_from(sorted(v.COMMANDS)))
+    return line
+
+
+def message(check, document) -> str | None:
+    try:
+        check(document)
+    except fastjsonschema.JsonSchemaValueException as error:
+        return error.message
+    return None
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(step_lines())
+def test_a_shapes_schema_accepts_exactly_what_the_whole_schema_accepts(line):
+    whole = message(validator("step_line"), line)
+    shape = step_line_shape(line)
+    event("shape" if shape is not None else "no shape")
+    event("accepted" if whole is None else "rejected")
+    if shape is not None:
+        assert (message(shape_validator(*shape), line) is None) == (whole is None)
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(step_lines())
+def test_validation_says_what_the_commands_schema_says(line):
+    """The reader's words on a bad line are the ones it gave before shapes: its command's schema's."""
+    cmd = line.get("cmd")
+    known = isinstance(cmd, str) and cmd in v.COMMANDS
+    before = message(command_validator("step_line", cmd) if known else validator("step_line"), line)
+    try:
+        validate("step_line", line)
+        ours = None
+    except ValueError as error:
+        ours = str(error)
+    assert ours == (before if before is None or not before.startswith("data.") else before.replace("data.", "", 1))
+
+
+@settings(max_examples=30, deadline=None)
+@given(runs())
+def test_the_lines_of_model_traces_have_shapes(run):
+    """The fast path is the common path: every line of the corpus and of model traces but a rejected command's (an
+    error) and a counterexample's (the system's answer) has a shape whose schema accepts it."""
+    profile, params, commands = run
+    for trace in [*scenarios().values(), model_trace(Header("t", profile, params), commands)]:
+        for step in trace.steps:
+            if step.system is None and step.observation.error is None:
+                line = as_read(trace.trace_id, step)
+                shape = step_line_shape(line)
+                assert shape is not None and message(shape_validator(*shape), line) is None, line
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.one_of(st.text(max_size=30), JSON.map(lambda value: json.dumps(value, default=float)),
+                 st.sampled_from(["\ufeff{}", "NaN", "[Infinity]", "1e400", "-0", "1.0", '{"a":1,"a":2}', "[1,",
+                                  '"\\ud800"', "1" * 5000, " 7 "])))
+def test_the_shared_decoder_decodes_like_json_loads(text):
+    def outcome(decode):
+        try:
+            value = decode(text)
+        except ValueError as error:
+            return "error", str(error)
+        return "value", json.dumps(value, default=lambda number: ("fractional", repr(float(number)))), repr(value)
+
+    def old(text):
+        try:
+            return json.loads(text, parse_float=Fractional, parse_constant=no_constant)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"not JSON: {error.msg} at column {error.colno}") from None
+        except ValueError as error:
+            raise ValueError(str(error) if str(error).startswith("not JSON") else f"not JSON: {error}") from None
+
+    expected = outcome(old)
+    if text.strip() and expected[0] == "value":
+        assert outcome(decode_text) == expected
+
+
+def test_a_line_whose_cmd_is_not_a_string_is_bad_input():
+    line = '{"trace":"t","seq":1,"cmd":["check"],"args":{"key":"k"},"result":0,"events":[]}'
+    with pytest.raises(TraceFormatError, match="^input.jsonl:2: cmd must be one of"):
+        loads(HEADER + "\n" + line + "\n", "input.jsonl")
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_reading_and_replaying_leave_the_collector_as_they_found_it(enabled):
+    (gc.enable if enabled else gc.disable)()
+    try:
+        with collector_paused():
+            assert not gc.isenabled()
+        assert gc.isenabled() == enabled
+        assert replay(scenarios()["seed.cascade"]).ok
+        assert gc.isenabled() == enabled
+    finally:
+        gc.enable()
