@@ -17,8 +17,10 @@ specs/obligations.md collects the statements, ``kpurgatory prove --markdown`` re
                    cleanup (check, purge, map) by one inductive invariant; the purge rule, the memory held by stale
                    entries (bound without cancellation, finding with it, the true bound), the >= purge mutant, and
                    the cross-check against model/
-  interleaving.py  tryCompleteElseWatch, checkAndComplete and forceComplete cut into atomic steps and interleaved:
-                   why Kafka tries twice and cancels after adding to the timer (mutants without either)
+  interleaving.py  tryCompleteElseWatch, checkAndComplete, the purge, cancelForKey and forceComplete cut into
+                   atomic steps at Kafka's locking (op lock, shard lock) and interleaved: why Kafka tries twice and
+                   cancels after the timer add; a watch racing a purge, cancelForKey or another watch loses no op;
+                   no tryComplete after a completion under the op lock; each with its mutant
   mutants.py       the spec mutants and `mutant_counterexamples()`, their traces by mutant key
   cli.py           ``kpurgatory prove [--json] [--out DIR] [--only GLOB] [--jobs N] [--list] [--markdown]``
 

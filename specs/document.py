@@ -57,6 +57,13 @@ watch lists as multisets, the watchers map's keys, and the timer as one deadline
 the wheel obligations); one invariant holding every state property is proved inductive, with every step property
 as a goal; a failing proof is followed by BMC for a run. The same transition function, run on Python values, is
 cross-checked against model/ on random traces, watcher map included.
+
+How threads are encoded (specs/interleaving.py). tryCompleteElseWatch, checkAndComplete, the purge's walk,
+removeKeyIfEmpty, cancelForKey and forceComplete are cut into the atomic steps Kafka has at its granularity of
+locking (the op lock, the shard lock around the watchers map, the lock-free watch lists, the compare-and-set on
+completed), and a few threads run them over one key, each call once. Every program is finite, so unrolling to the sum
+of their longest runs covers every interleaving: each obligation is proved for its stated threads and ops, and its
+mutant is refuted by a schedule (the threads' steps in order).
 """
 
 

@@ -1,10 +1,9 @@
-"""Java long semantics in the three encodings, and the interleaving model's completeness."""
+"""Java long semantics in the three encodings."""
 
 import random
 
 import z3
 
-from kpurgatory.specs.interleaving import PROGRAM_LENGTH, explore
 from kpurgatory.specs.javalong import LONG_MAX, LONG_MIN, OPERATORS, PY
 from kpurgatory.specs.wheel import evaluate_operator
 
@@ -29,11 +28,3 @@ def test_z3py_percent_is_not_java_remainder():
     a, b = z3.BitVecVal(7, 64), z3.BitVecVal(-2, 64)
     assert z3.simplify(a % b).as_signed_long() == -1
     assert z3.simplify(z3.SRem(a, b)).as_signed_long() == PY.rem(7, -2) == 1
-
-
-def test_interleavings_are_not_vacuous():
-    """Some interleaving runs every thread to its end, and the unrolling is long enough for the longest program."""
-    status, schedule, depth = explore((1, 2, 3), frozenset(), final_bad=lambda s: z3.BoolVal(True))
-    assert status == "refuted" and depth == sum(PROGRAM_LENGTH.values())
-    longest, _, _ = explore((1,), frozenset(), final_bad=lambda s: s["in_timer"])
-    assert longest == "refuted"  # T1 alone: the op ends in the timer after the full 9-step path

@@ -45,6 +45,10 @@ EXPECTED = {
     "interleaving.no_lost_wakeup": PROVED,
     "interleaving.exactly_once": PROVED,
     "interleaving.timer_clean": PROVED,
+    "interleaving.watch_vs_purge": PROVED,
+    "interleaving.watch_vs_cancel_key": PROVED,
+    "interleaving.two_watchers": PROVED,
+    "interleaving.no_stale_try": PROVED,
     "mutant.interleaving.no_second_try": REFUTED,
     "mutant.interleaving.no_cancel_after_add": REFUTED,
 }
