@@ -19,6 +19,7 @@ replay`` does after starting; its steps/s per core is the figure with a target (
 from __future__ import annotations
 
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -57,8 +58,9 @@ def cpu_seconds(work) -> float:
         return time.process_time() - started
 
 
-def measure(paths: list[Path]) -> tuple[int, dict[str, float]]:
-    """The number of steps in ``paths`` and the CPU seconds each stage took over all of them."""
+def measure(paths: list[Path], rounds: int) -> tuple[int, dict[str, float]]:
+    """The number of steps in ``paths`` and the CPU seconds each stage took over all of them (the median of
+    ``rounds`` rounds, each running every stage once, so that a burst of load on the machine hits one round)."""
     data = [path.read_bytes() for path in paths]
     lines = [codec.split_lines(chunk)[0] for chunk in data]
     documents = [[codec.decode_line(raw) for raw in chunk] for chunk in lines]
@@ -87,6 +89,7 @@ def measure(paths: list[Path]) -> tuple[int, dict[str, float]]:
             codec.loads(chunk, str(path))
 
     def model():
+        observations.clear()
         for trace in traces:
             stepper = Model(trace.header.profile, trace.header.params)
             observations.append([stepper.step(step.command) for step in trace.steps])
@@ -111,7 +114,8 @@ def measure(paths: list[Path]) -> tuple[int, dict[str, float]]:
               "validate by command": validate_with(by_command),
               "validate by whole schema": validate_with(lambda definition, document:
                                                         codec.validator(definition)(document))}
-    seconds = {name: cpu_seconds(stage) for name, stage in stages.items()}
+    runs = [{name: cpu_seconds(stage) for name, stage in stages.items()} for _ in range(rounds)]
+    seconds = {name: statistics.median(run[name] for run in runs) for name in stages}
     seconds["build"] = max(0.0, seconds["read"] - seconds["decode"] - seconds["validate"])
     return steps, seconds
 
@@ -121,18 +125,20 @@ def measure(paths: list[Path]) -> tuple[int, dict[str, float]]:
 @click.option("--duration-ms", type=click.IntRange(1000), default=20_000, show_default=True,
               help="Virtual time of the simulated mixed workload (when no TRACES are given).")
 @click.option("--seed", type=int, default=1, show_default=True)
-def replay_bench_command(traces, duration_ms, seed):
+@click.option("--rounds", type=click.IntRange(1), default=3, show_default=True,
+              help="Rounds of all stages; each figure is the median.")
+def replay_bench_command(traces, duration_ms, seed, rounds):
     """Time each stage of replaying TRACES (default: a simulated mixed workload) against the model, per step and
     per core; exits 1 when read + replay runs below 50,000 steps/s."""
     console = command_console()
     folder = None if traces else Path(tempfile.mkdtemp(prefix="kpurgatory-replay-bench-"))
     try:
         paths = list(traces) or simulate_mixed(folder, duration_ms, seed)
-        steps, seconds = measure(paths)
+        steps, seconds = measure(paths, rounds)
     finally:
         if folder is not None:
             shutil.rmtree(folder, ignore_errors=True)
-    table = Table(title=f"replay of {steps:,} steps in {len(paths)} traces, one core (CPU time)")
+    table = Table(title=f"{steps:,} steps, {len(paths)} traces: CPU time on one core, median of {rounds}")
     for column in ("stage", "µs/step", "steps/s"):
         table.add_column(column, justify="left" if column == "stage" else "right")
 

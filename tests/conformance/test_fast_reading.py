@@ -1,9 +1,10 @@
 """The reader's fast paths say exactly what the slow ones say: a step line checked against its shape's schema is
-accepted exactly when the whole schema accepts it, with the same words when it is not; the shared decoder decodes
-like json.loads; the replay's pause of the cycle collector is undone."""
+accepted exactly when the whole schema accepts it, with the same words when it is not; a line decoded by orjson is the
+json module's value, and the shared decoder is json.loads; the pause of the cycle collector is undone."""
 
 import gc
 import json
+from unittest import mock
 
 import fastjsonschema
 import pytest
@@ -11,9 +12,11 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from kpurgatory.conformance.check.strategies import runs
+from kpurgatory.conformance.traces import codec
 from kpurgatory.conformance.traces.codec import (Fractional, Header, TraceFormatError, collector_paused,
-                                                 command_validator, decode_text, loads, model_trace, no_constant,
-                                                 shape_validator, step_line, step_line_shape, validate, validator)
+                                                 command_validator, decode_line, decode_text, json_value, loads,
+                                                 model_trace, no_constant, shape_validator, step_line,
+                                                 step_line_shape, validate, validator)
 from kpurgatory.conformance.traces.replay import replay, scenarios
 from kpurgatory.model import vocabulary as v
 
@@ -123,29 +126,54 @@ def test_the_lines_of_model_traces_have_shapes(run):
                 assert shape is not None and message(shape_validator(*shape), line) is None, line
 
 
-@settings(max_examples=300, deadline=None)
-@given(st.one_of(st.text(max_size=30), JSON.map(lambda value: json.dumps(value, default=float)),
-                 st.sampled_from(["\ufeff{}", "NaN", "[Infinity]", "1e400", "-0", "1.0", '{"a":1,"a":2}', "[1,",
-                                  '"\\ud800"', "1" * 5000, " 7 "])))
+def typed(value: object) -> object:
+    """A decoded JSON value with the type of every part spelled out (a Fractional is not a float, nor 1 True)."""
+    if isinstance(value, dict):
+        return "dict", [(key, typed(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return "list", [typed(item) for item in value]
+    return type(value).__name__, repr(value)
+
+
+def outcome(decode, raw: bytes) -> tuple:
+    try:
+        return "value", typed(decode(raw))
+    except ValueError as error:
+        return "error", str(error)
+
+
+TEXTS = st.one_of(JSON.map(lambda value: json.dumps(value, default=float)), st.text(max_size=30),
+                  st.sampled_from(["\ufeff{}", "NaN", "[Infinity]", "1e400", "-0", "1.0", "1E2", '{"a":1,"a":2}', "[1,",
+                                   '"\\ud800"', '"\\u0000"', "1" * 5000, " 7 ", "18446744073709551616", "",
+                                   "-9223372036854775809", "[" * 65 + "]" * 65, "[[]]" * 40, '"\x01"']))
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.one_of(TEXTS.map(str.encode), st.binary(max_size=40),
+                 st.tuples(TEXTS, st.binary(max_size=2), st.integers(0, 40)).map(
+                     lambda drawn: drawn[0].encode()[:drawn[2]] + drawn[1] + drawn[0].encode()[drawn[2]:])))
+def test_decoding_a_line_with_orjson_gives_what_the_json_module_gives(raw):
+    """Value (every part's type included) or words: orjson's result stands only where it cannot differ."""
+    def json_module_only(raw: bytes) -> object:
+        with mock.patch.object(codec.orjson, "loads", side_effect=codec.orjson.JSONDecodeError("off", "", 0)):
+            return decode_line(raw)
+
+    assert outcome(decode_line, raw) == outcome(json_module_only, raw)
+
+
+@settings(max_examples=200, deadline=None)
+@given(TEXTS)
 def test_the_shared_decoder_decodes_like_json_loads(text):
-    def outcome(decode):
+    def result(load) -> tuple:
         try:
-            value = decode(text)
+            return "value", typed(load(text))
+        except json.JSONDecodeError as error:
+            return "not JSON", error.msg, error.colno
         except ValueError as error:
             return "error", str(error)
-        return "value", json.dumps(value, default=lambda number: ("fractional", repr(float(number)))), repr(value)
 
-    def old(text):
-        try:
-            return json.loads(text, parse_float=Fractional, parse_constant=no_constant)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"not JSON: {error.msg} at column {error.colno}") from None
-        except ValueError as error:
-            raise ValueError(str(error) if str(error).startswith("not JSON") else f"not JSON: {error}") from None
-
-    expected = outcome(old)
-    if text.strip() and expected[0] == "value":
-        assert outcome(decode_text) == expected
+    assert result(json_value) == result(lambda text: json.loads(text, parse_float=Fractional,
+                                                                 parse_constant=no_constant))
 
 
 def test_a_line_whose_cmd_is_not_a_string_is_bad_input():
