@@ -11,13 +11,18 @@ each run of `RUNS` that ``--runs`` names:
   (`validate.judge_rows`). Against ``plain`` it shows what the job costs per row beyond the replay;
 * ``local1``, ``local2`` — ``run_validation`` end to end (read, replay, write all outputs, summary) on ``local[1]``
   and ``local[2]``, each after an untimed warm-up on the bundled sample (JVM JIT, Python workers), once per job
-  shape of ``--shape`` (`validate.SHAPES`), so shapes are compared side by side in one run.
+  shape of ``--shape`` (`validate.SHAPES`), so shapes are compared side by side in one run;
+* ``cluster1``, ``cluster2`` — the same on a standalone cluster of one and of two one-core workers on loopback
+  (`cluster.standalone`), started for the run and stopped after it: what the cluster's plumbing costs against
+  ``local1``, and how the job scales with workers rather than threads.
 
 For each it prints events/s (input rows per second) in all and per core, the ratio to ``plain``, the peak resident
-memory of the whole process tree (this process, the JVM and its Python workers) over the run, warm-up included, the
+memory of the whole process tree (this process, the JVM and its Python workers; a cluster's master, workers and
+executors too) over the run, warm-up included, the
 cores it really used while timed (CPU seconds of the tree over wall seconds) and the machine's 1-minute load average
 before and after (other work on the machine slows every run: compare runs of one table). Spark's plumbing is cheap
-when ``local1`` comes close to ``plain`` and ``local2`` doubles it, given two free cores.
+when ``local1`` comes close to ``plain`` and ``local2`` (or ``cluster2`` against ``cluster1``) doubles it, given two
+free cores.
 """
 
 from __future__ import annotations
@@ -36,6 +41,7 @@ from rich.console import Console
 from rich.table import Table
 
 from kpurgatory.conformance.spark import corpus, sample
+from kpurgatory.conformance.spark.cluster import Host, standalone
 from kpurgatory.conformance.spark.record import MODEL, recording
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress
 from kpurgatory.conformance.spark.validate import SHAPES, judge_rows, run_validation
@@ -162,6 +168,20 @@ def spark_run(bench: Bench, master: str) -> Timed:
         session.stop()
 
 
+#: what each worker of a benchmark cluster offers, and each executor takes
+WORKER_MEMORY = "2g"
+
+
+def cluster_run(bench: Bench, workers: int) -> Timed:
+    """`spark_run` on a standalone cluster of ``workers`` one-core workers on loopback, started before the run and
+    stopped after it (its daemons are this process's children: the run's peak memory counts them and their
+    executors)."""
+    with tempfile.TemporaryDirectory(prefix="kpurgatory-bench-cluster-") as folder, \
+            standalone(Path(folder), [Host()] * workers, cores=1, memory=WORKER_MEMORY) as cluster:
+        settings = {"spark.executor.memory": WORKER_MEMORY, **bench.settings}
+        return spark_run(attrs.evolve(bench, settings=settings), cluster.url)
+
+
 @attrs.frozen
 class Run:
     label: str
@@ -176,7 +196,12 @@ RUNS = {
     "job": Run("job's Python, no Spark", 1, job_in_process, spark=False),
     "local1": Run("Spark local[1]", 1, lambda bench: spark_run(bench, "local[1]"), spark=True),
     "local2": Run("Spark local[2]", 2, lambda bench: spark_run(bench, "local[2]"), spark=True),
+    "cluster1": Run("cluster, 1 worker", 1, lambda bench: cluster_run(bench, 1), spark=True),
+    "cluster2": Run("cluster, 2 workers", 2, lambda bench: cluster_run(bench, 2), spark=True),
 }
+
+#: (one, two, what doubles): the scalings printed under the table
+SCALINGS = (("local1", "local2", "cores"), ("cluster1", "cluster2", "workers"))
 
 
 def names(option: str, value: str, known) -> list[str]:
@@ -197,7 +222,8 @@ def names(option: str, value: str, known) -> list[str]:
               help=f"The job shapes each Spark run is timed with: any of {', '.join(SHAPES)}.")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting (repeatable).")
 def bench_command(events, steps, folder, runs, shapes, conf):
-    """Events/s of validate-traces on local[1] and local[2] against the same replay in one Python process."""
+    """Events/s of validate-traces on local[1], local[2] and standalone clusters of one and two workers against the
+    same replay in one Python process."""
     chosen, shapes = names("--runs", runs, RUNS), names("--shape", shapes, SHAPES)
     traces = -(-events // (steps + 1))  # a trace is its header and its steps
     scratch = None if folder else Path(tempfile.mkdtemp(prefix="kpurgatory-bench-corpus-"))
@@ -231,9 +257,10 @@ def measure(steps: int, folder: Path, chosen: list[str], shapes: list[str], sett
     console.print(result_table(rows, traces, steps))
     by_label = {(run.label, shape): result for run, shape, result, *_ in rows}
     for shape in shapes:
-        one, two = by_label.get((RUNS["local1"].label, shape)), by_label.get((RUNS["local2"].label, shape))
-        if one and two:
-            console.print(f"scaling from 1 to 2 cores ({shape}): {one.seconds / two.seconds:.2f}x")
+        for single, double, what in SCALINGS:
+            one, two = by_label.get((RUNS[single].label, shape)), by_label.get((RUNS[double].label, shape))
+            if one and two:
+                console.print(f"scaling from 1 to 2 {what} ({shape}): {one.seconds / two.seconds:.2f}x")
 
 
 def result_table(rows: list[tuple], traces: int, steps: int) -> Table:
@@ -241,7 +268,7 @@ def result_table(rows: list[tuple], traces: int, steps: int) -> Table:
                         f"({os.cpu_count()} CPUs)")
     for column in ("run", "shape", "cores", "seconds", "events/s", "per core", "vs plain", "peak RSS", "cores used",
                    "load before/after"):
-        table.add_column(column, justify="left" if column in ("run", "shape") else "right")
+        table.add_column(column, justify="left" if column in ("run", "shape") else "right", no_wrap=column == "run")
     plain = next((result for run, _, result, *_ in rows if run is RUNS["plain"]), None)
     for run, shape, result, peak_rss, before, after in rows:
         rate = result.events / result.seconds
