@@ -69,6 +69,15 @@ def test_unguarded_safe_try_complete_tries_a_completed_op(outcomes):
     assert completions and not completions[0].startswith((last[:3], "T4"))
 
 
+def test_an_op_cancelled_before_its_timer_add_still_expires(outcomes):
+    """Kafka's race: cancelForKey took the list between the watch's append and its timer add."""
+    witness = outcomes["interleaving.kafka.cancelled_op_expires"].witness
+    steps = [f"T{thread}:{label}" for thread, label in witness["schedule"]]
+    assert (steps.index("T1:append to k") < steps.index("T2:remove k's list from the map") < steps.index("T2:cancel a")
+            < steps.index("T1:timer add"))
+    assert steps[-1] == "T1:cancel if completed"
+
+
 def test_the_readable_counterexample_names_the_threads(outcomes):
     detail = outcomes["interleaving.watch_vs_cancel_key"].mutant.detail
     assert detail.startswith("loses an op (T1=watch(a), T2=cancelForKey(k)): T1:tryComplete#1 -> ")
