@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import Counter
+from collections import Counter, defaultdict
 from typing import Callable, Iterator
 
 import attrs
@@ -165,9 +165,9 @@ class ContractMonitor:
     judging: bool = True
     _order: Iterator[int] = attrs.field(factory=itertools.count)
     #: live watch entries per key: ops not completed (a multiset: duplicates count)
-    live: dict[str, Counter] = attrs.field(factory=dict)
+    live: defaultdict[str, Counter] = attrs.field(factory=lambda: defaultdict(Counter))
     #: per key, completed entries that may still be listed (a system may have removed them earlier)
-    stale: dict[str, Counter] = attrs.field(factory=dict)
+    stale: defaultdict[str, Counter] = attrs.field(factory=lambda: defaultdict(Counter))
     violations: list[Violation] = attrs.field(factory=list)
 
     def __attrs_post_init__(self) -> None:
@@ -301,7 +301,7 @@ class ContractMonitor:
         op.completed = True
         for key, entries in self.live.items():  # its entries turn stale
             if entries.get(event.op):
-                self.stale.setdefault(key, Counter())[event.op] += entries.pop(event.op)
+                self.stale[key][event.op] += entries.pop(event.op)
 
     def purge(self, command: v.Command) -> None:
         if not isinstance(command, v.Advance):
@@ -342,7 +342,7 @@ class ContractMonitor:
             # watched under every key; if a try completes it in this call, complete() turns these entries into
             # possibly-stale ones, since a system that succeeds on its first try never lists them
             for key in command.keys:
-                self.live.setdefault(key, Counter())[command.op] += 1
+                self.live[key][command.op] += 1
             self.schedule(self.delayed_ops, command.op, self.now_ms + op.delay_ms)  # unless a try completes it
         completions = self.apply_events(command, observation)
         completed_here = any(c.op == command.op and c.via == "try" for c in completions)

@@ -347,7 +347,7 @@ def observation_to_json(observation: v.Observation) -> dict:
 def observation_from_json(document: dict) -> v.Observation:
     return v.Observation(
         result=document.get("result"),
-        events=tuple(event_from_json(e) for e in document.get("events", ())),
+        events=tuple(map(event_from_json, document.get("events", ()))),
         error=document.get("error"),
     )
 
