@@ -10,7 +10,8 @@ specs/obligations.md collects the statements, ``kpurgatory prove --markdown`` re
                    integers for the model
   wheel.py         the wheel's shared arithmetic (accepted, place, clocks, overflow tick) and its mutants;
                    placement, refusal, clock alignment, overflow levels; the symbolic wheel (add, advance, cascade)
-                   and the timing obligations over it; the places where Java's arithmetic overflows (Kafka findings,
+                   and the timing obligations over it, for each declared firing window and in Java's wrapping
+                   arithmetic; the places where Java's arithmetic overflows (Kafka findings,
                    executed on `wheel.KafkaWheel`) and the model's alternatives, proved; the rounded-up bucket mutant
   purgatory.py     the purgatory as a symbolic transition system over 3 ops and 2 keys: exactly-once, justified
                    completion, no lost wakeup, tried after listing, counters, no forgotten op, liveness, watcher

@@ -50,7 +50,11 @@ clocks, one tracked entry with its level and bucket expiration, add, and advance
 entries' releases move the clocks in the delay queue's order). It is built from the shared `accepted()`,
 `place()`, `advance_level()` and `overflow_tick()`, which the placement, refusal and clock obligations use too; the
 timing obligations (not early, not late, termination, conservation) are step properties over it, proved by BMC from
-a fresh wheel and induction for the stated configurations.
+a fresh wheel and induction for the stated configurations. The same wheel, filing each entry under another
+expiration, is the subject of the other firing windows a system may declare (`Declarations.firing`:
+never_early_up_to_tick_late, min_one_tick), each obligation stated against the window's two ends; and the same
+wheel computed in Java's wrapping arithmetic (JINT) carries all four timing properties up to one top-level interval
+before Long.MAX, where wrapping starts to matter (the findings wheel.kafka.*).
 
 How the purgatory is encoded (specs/purgatory.py). A symbolic transition system over 3 operations and 2 keys, with
 watch lists as multisets, the watchers map's keys, and the timer as one deadline per operation (exact for tick 1 by

@@ -94,6 +94,10 @@ class Arithmetic:
     advance_before_flush: bool = True
     #: a re-inserted entry the finest level refuses is run (Kafka's flush hands it to the executor)
     runs_refused: bool = True
+    #: the expiration E the wheel files an entry under, for deadline D added at A with level-1 clock c (Longs; Kafka:
+    #: D itself), and what that guarantees, as the symbolic wheel's invariant states it (exact integers)
+    schedule: Callable = lambda D, A, c, u: D
+    scheduled: Callable = lambda E, D, A, u: E == D
 
     def refused(self, E: Long, c: Long, T: Long, n: Long):
         """Inside the window but not accepted: "already expired", run now."""
@@ -118,6 +122,22 @@ STALE_CLOCKS = Arithmetic("a released bucket is flushed without first advancing 
                           advance_before_flush=False)
 DROPS_REFUSED = Arithmetic("flush drops a re-inserted entry that the finest level refuses instead of running it",
                            runs_refused=False)
+
+#: the wheels behind the other declared firing windows: Kafka's wheel filing each entry under another expiration.
+#: A slot wheel (kernel, Netty) expires a slot once the clock has left it: the end of the deadline's tick.
+SLOT_WHEEL = Arithmetic(schedule=lambda D, A, c, u: D - D % u + u,
+                        scheduled=lambda E, D, A, u: E == D - D % u + u)
+#: A wheel that never runs an entry on add: one due within the current tick waits for the next one.
+NEXT_TICK_WHEEL = Arithmetic(schedule=lambda D, A, c, u: ite(D < c + u, c + u, D),
+                             scheduled=lambda E, D, A, u: z3.And(E >= D, E <= z3.If(D >= A + u, D, A + u),
+                                                                 z3.Or(E == D, E % u == 0)))
+SLOT_UNROUNDED = attrs.evolve(SLOT_WHEEL, bug="the slot wheel files an entry under its deadline, not the end of its "
+                                              "tick", schedule=lambda D, A, c, u: D,
+                              scheduled=lambda E, D, A, u: E == D)
+NEXT_TICK_TWICE = attrs.evolve(NEXT_TICK_WHEEL, bug="an entry due within the current tick waits two ticks, not one",
+                               schedule=lambda D, A, c, u: ite(D < c + u, c + u + u, D),
+                               scheduled=lambda E, D, A, u: z3.And(E >= D, E <= z3.If(D >= A + u, D, A + u + u),
+                                                                   z3.Or(E == D, E % u == 0)))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -463,12 +483,15 @@ class SymbolicWheel:
         self.ticks = [self.u]
         for _ in range(self.levels - 1):
             self.ticks.append(arithmetic.overflow_tick(self.ticks[-1], self.n))
+        #: the latest time (clock, deadline, advance) considered: in Java's arithmetic, one top-level interval
+        #: before Long.MAX, so that no level's window end c + T*n passes it (see wheel.timing.java_longs)
+        self.horizon = LONG_MAX - tick * size ** levels if wraps(backend) else LONG_MAX
 
     # --- state ------------------------------------------------------------------------------------------------
 
     def fresh(self, tag: str) -> dict:
-        s = {name: z3.Int(f"{name}@{tag}") for name in ("now", *(f"c{k}" for k in range(self.levels)), "E", "b",
-                                                         "ran_at")}
+        s = {name: z3.Int(f"{name}@{tag}") for name in ("now", *(f"c{k}" for k in range(self.levels)), "E", "D", "A",
+                                                         "b", "ran_at")}
         s.update({name: z3.Bool(f"{name}@{tag}") for name in ("added", "ran", *self.at_names)})
         return s
 
@@ -492,7 +515,7 @@ class SymbolicWheel:
 
     def initial(self, s: dict):
         """A fresh wheel started at ``now``: clocks at now rounded down, nothing added."""
-        return z3.And(s["now"] >= 0, s["now"] <= LONG_MAX, self.aligned(s), s["c0"] <= s["now"],
+        return z3.And(s["now"] >= 0, s["now"] <= self.horizon, self.aligned(s), s["c0"] <= s["now"],
                       s["now"] < s["c0"] + self.u.raw, z3.Not(s["added"]), z3.Not(s["ran"]),
                       *[z3.Not(s[f"at{k}"]) for k in range(self.levels)])
 
@@ -539,12 +562,14 @@ class SymbolicWheel:
 
         clocks = self.clocks(s)
         now = self.long(s["now"])
-        # add: E = now + delay, placed or refused against the (possibly lagging) clocks
-        E = now + self.long(delay)
+        # add: deadline D = now + delay, filed under E, placed or refused against the (possibly lagging) clocks
+        D, E = self.scheduled(now, clocks, delay)
         refused, at, bucket = self.insert(clocks, E)
         adding = z3.And(kind == ADD, z3.Not(s["added"]))
         n["added"] = z3.Or(s["added"], adding)
         n["E"] = z3.If(adding, E.raw, s["E"])
+        n["D"] = z3.If(adding, D.raw, s["D"])
+        n["A"] = z3.If(adding, now.raw, s["A"])
         n["ran"] = z3.Or(s["ran"], z3.And(adding, refused))
         n["ran_at"] = z3.If(z3.And(adding, refused), now.raw, s["ran_at"])
         for k in range(self.levels):
@@ -598,18 +623,23 @@ class SymbolicWheel:
         pending = z3.And(s["added"], z3.Not(s["ran"]))
         return z3.If(pending, z3.Sum([z3.If(s[f"at{k}"], k + 1, 0) for k in range(self.levels)]), 0)
 
+    def scheduled(self, now: Long, clocks: list[Long], delay) -> tuple[Long, Long]:
+        """An add's deadline D = now + delay and the expiration E the wheel files it under."""
+        D = now + self.long(delay)
+        return D, self.arithmetic.schedule(D, now, clocks[0], self.u)
+
     def command(self, s: dict, tag: str):
         """A well-formed symbolic command in state s: (kind, delay, to, moves, constraint). Delays are accepted by
-        the model's guard (now + delay <= Long.MAX) and keep the entry inside the top level's window; advances go
-        forward; clock moves are at most the target (and, by the step's ``order``, at most the bucket released
-        next)."""
+        the model's guard (now + delay <= Long.MAX; in Java's arithmetic: up to the horizon) and keep the entry
+        inside the top level's window; advances go forward; clock moves are at most the target (and, by the step's
+        ``order``, at most the bucket released next)."""
         kind, delay, to = z3.Int(f"kind@{tag}"), z3.Int(f"delay@{tag}"), z3.Int(f"to@{tag}")
         moves = [z3.Int(f"move{i}@{tag}") for i in range(self.levels + 1)]
         now = self.long(s["now"])
+        _, E = self.scheduled(now, self.clocks(s), delay)
         constraint = z3.And(z3.Or(kind == ADD, kind == ADVANCE), delay >= 0, delay <= LONG_MAX,
-                            now.raw + delay <= LONG_MAX,
-                            z3.Implies(kind == ADD, self.window(now + self.long(delay), self.clocks(s))),
-                            to >= s["now"], to <= LONG_MAX, *[z3.And(m >= 0, m <= to) for m in moves])
+                            now.raw + delay <= self.horizon, z3.Implies(kind == ADD, self.window(E, self.clocks(s))),
+                            to >= s["now"], to <= self.horizon, *[z3.And(m >= 0, m <= to) for m in moves])
         return kind, delay, to, moves, constraint
 
     # --- what the obligations say -----------------------------------------------------------------------------
@@ -622,28 +652,32 @@ class SymbolicWheel:
         """Clocks aligned and not ahead of now; the entry is in exactly one place once added (a bucket of one level,
         or run) and nowhere before; its bucket expiration is a multiple of its level's tick, no later than E, within
         one tick of it, and after that level's current tick; it fits the top level's window; if it ran, not before
-        its window opened."""
+        the tick of E started; E is what the wheel's schedule makes of the deadline D added at A."""
         c = self.clocks(s)
         E, b = self.long(s["E"]), self.long(s["b"])
         places = [s["ran"], *[s[f"at{k}"] for k in range(self.levels)]]
-        parts = [self.aligned(s), s["c0"] <= s["now"], s["now"] <= LONG_MAX,
+        parts = [self.aligned(s), s["c0"] <= s["now"], s["now"] <= self.horizon,
                  z3.Implies(z3.Not(s["added"]), z3.Not(z3.Or(*places))),
                  z3.Implies(s["added"], z3.And(z3.PbEq([(x, 1) for x in places], 1), s["E"] >= 0,
-                                               s["E"] <= LONG_MAX, self.window(E, c))),
+                                               self.window(E, c), s["A"] >= 0, s["A"] <= s["now"],
+                                               s["D"] >= s["A"], s["D"] <= self.horizon,
+                                               self.arithmetic.scheduled(s["E"], s["D"], s["A"], self.u.raw))),
                  z3.Implies(s["ran"], s["ran_at"] >= self.earliest(s["E"]))]
         for k, T in enumerate(self.ticks):
             parts.append(z3.Implies(s[f"at{k}"], z3.And((b % T).eq(0), b <= E, E < b + T, b >= c[k] + T)))
         return z3.And(*parts)
 
 
-def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_BMC_DEPTH) -> Outcome:
+def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_BMC_DEPTH, backend: Backend = EXACT,
+                     configurations: tuple | None = None) -> Outcome:
     """Check the step property ``prop(wheel, s, kind, to, n, happened)`` for every configuration: BMC from a fresh
     wheel to ``depth`` commands (a violation there is a run: refuted), then induction on `SymbolicWheel.invariant`
     with the property as the step goal (unsat: proved; a model there that BMC did not reach: not inductive)."""
     start = time.perf_counter()
-    for tick, size, levels in CONFIGURATIONS:
+    configurations = configurations or CONFIGURATIONS
+    for tick, size, levels in configurations:
         fresh_z3_context()  # each configuration alone: z3's search is slower in a context full of earlier terms
-        wheel = SymbolicWheel(tick, size, levels, arithmetic)
+        wheel = SymbolicWheel(tick, size, levels, arithmetic, backend)
         sol = solver()
         s = wheel.fresh("0")
         sol.add(wheel.initial(s))
@@ -687,7 +721,29 @@ def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_
             if answer.status != PROVED:
                 return verdict(answer, "induction", detail=f"tick {tick}, wheel {size}, {levels} levels: {part}")
     return Outcome(PROVED, f"BMC d={depth} + induction",
-                   f"{len(CONFIGURATIONS)} configurations, {time.perf_counter() - start:.1f}s")
+                   f"{len(configurations)} configurations, {time.perf_counter() - start:.1f}s")
+
+
+@attrs.frozen
+class Window:
+    """A firing window of `model.contract.Declarations` (its ``firing``): for an entry with deadline D added at A on
+    a wheel of tick u, the earliest time it may run and the advance after which it must have run, over exact
+    integers (tests/specs evaluate both against Declarations.earliest_ms and latest_ms)."""
+
+    firing: str
+    earliest: Callable  # (D, u)
+    latest: Callable  # (D, A, u)
+
+
+def _max(a, b):
+    return z3.If(a >= b, a, b)
+
+
+WINDOWS = {window.firing: window for window in (
+    Window("kafka", lambda D, u: D - D % u, lambda D, A, u: D),
+    Window("never_early_up_to_tick_late", lambda D, u: D, lambda D, A, u: _max(D, A) + u),
+    Window("min_one_tick", lambda D, u: D - D % u, lambda D, A, u: _max(D, A + u)),
+)}
 
 
 @obligation("wheel.timing.not_early", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6, mutant=REFUSES_EARLY.bug)
@@ -698,9 +754,12 @@ def timing_not_early(mutated: bool = False) -> Outcome:
     clocks' lag and whatever other buckets were released before, the run time is at least the start of E's tick.
     Stated over the symbolic wheel (add, advance with its cascades): every step in which the entry runs has the
     virtual now >= floor(E / tick) * tick. So a task runs at most tick - 1 ms early, and never early with tick 1."""
-    arithmetic = REFUSES_EARLY if mutated else KAFKA
-    return wheel_obligation(arithmetic, lambda w, s, kind, to, n, happened: z3.Implies(
-        happened["ran"], n["ran_at"] >= w.earliest(n["E"])))
+    return wheel_obligation(REFUSES_EARLY if mutated else KAFKA, not_early)
+
+
+def not_early(w, s, kind, to, n, happened):
+    """A run in this step is not before the start of the deadline's tick."""
+    return z3.Implies(happened["ran"], n["ran_at"] >= WINDOWS["kafka"].earliest(n["D"], w.u.raw))
 
 
 @obligation("wheel.timing.not_late", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6, mutant=ROUNDS_UP.bug)
@@ -710,9 +769,13 @@ def timing_not_late(mutated: bool = False) -> Outcome:
     run. Stated over the symbolic wheel: the advance releases the entry's bucket (its expiration is at most the
     start of E's tick on every level), each release re-inserts it lower, and the level-1 release refuses it, all
     within the same advance, whatever the clocks' lag and the other buckets released."""
-    arithmetic = ROUNDS_UP if mutated else KAFKA
-    return wheel_obligation(arithmetic, lambda w, s, kind, to, n, happened: z3.Implies(
-        z3.And(kind == ADVANCE, n["added"], to >= w.earliest(n["E"])), n["ran"]))
+    return wheel_obligation(ROUNDS_UP if mutated else KAFKA, not_late)
+
+
+def not_late(w, s, kind, to, n, happened):
+    """An advance to the start of the deadline's tick or later leaves the entry run."""
+    return z3.Implies(z3.And(kind == ADVANCE, n["added"], to >= WINDOWS["kafka"].earliest(n["D"], w.u.raw)),
+                      n["ran"])
 
 
 @obligation("wheel.advance.terminates", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6,
@@ -723,15 +786,14 @@ def advance_terminates(mutated: bool = False) -> Outcome:
     tick, so the entry, which lies in [b, b + T), fits the window of the level below or is refused and runs — and
     after at most one release per level its bucket is no longer due. Each entry is therefore released at most
     once per level in one advanceClock, and the drain loop ends (the buckets due at the target are finitely many)."""
-    arithmetic = STALE_CLOCKS if mutated else KAFKA
+    return wheel_obligation(STALE_CLOCKS if mutated else KAFKA, ranking)
 
-    def ranking(w, s, kind, to, n, happened):
-        ranks = happened["ranks"]
-        decreasing = [z3.Implies(due, after < before)
-                      for due, before, after in zip(happened["releases"], ranks, ranks[1:])]
-        return z3.And(z3.Not(happened["due"]), *decreasing)
 
-    return wheel_obligation(arithmetic, ranking)
+def ranking(w, s, kind, to, n, happened):
+    """Every release of the entry's bucket lowers its rank, and after the unrolled releases it is no longer due."""
+    ranks = happened["ranks"]
+    decreasing = [z3.Implies(due, after < before) for due, before, after in zip(happened["releases"], ranks, ranks[1:])]
+    return z3.And(z3.Not(happened["due"]), *decreasing)
 
 
 @obligation("wheel.cascade.conservation", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6,
@@ -740,9 +802,76 @@ def cascade_conservation(mutated: bool = False) -> Outcome:
     """Entries are never lost or duplicated across a cascade: after every add and every advance (with all its
     releases and re-insertions), an added entry is in exactly one place — the bucket of exactly one level, or run —
     and an entry never added is nowhere. Stated over the symbolic wheel as a step property of every command."""
-    arithmetic = DROPS_REFUSED if mutated else KAFKA
-    return wheel_obligation(arithmetic, lambda w, s, kind, to, n, happened: z3.Implies(
-        n["added"], z3.PbEq([(x, 1) for x in (n["ran"], *[n[name] for name in w.at_names])], 1)))
+    return wheel_obligation(DROPS_REFUSED if mutated else KAFKA, conserved)
+
+
+def conserved(w, s, kind, to, n, happened):
+    """An added entry is in exactly one place after the step: one level's bucket, or run."""
+    return z3.Implies(n["added"], z3.PbEq([(x, 1) for x in (n["ran"], *[n[name] for name in w.at_names])], 1))
+
+
+# --- the other declared firing windows, and Java's wrapping --------------------------------------------------
+
+
+def on_time(window: Window) -> Callable:
+    """The step property "on time" for ``window``: a run in this step is not before the window opens, and an
+    advance to its end or later leaves the entry run."""
+    def prop(w, s, kind, to, n, happened):
+        u = w.u.raw
+        return z3.And(z3.Implies(happened["ran"], n["ran_at"] >= window.earliest(n["D"], u)),
+                      z3.Implies(z3.And(kind == ADVANCE, n["added"], to >= window.latest(n["D"], n["A"], u)),
+                                 n["ran"]))
+    return prop
+
+
+@obligation("wheel.timing.window.never_early_up_to_tick_late", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH),
+            cost=6, mutant=SLOT_UNROUNDED.bug)
+def window_never_early(mutated: bool = False) -> Outcome:
+    """A wheel that declares never_early_up_to_tick_late (a slot wheel, as in the kernel or Netty: a slot expires
+    once the clock has left it) is on time for that window: built as Kafka's wheel (the same accepted(), place(),
+    advance and cascade) filing each entry under the end of its deadline's tick, floor(D / tick) * tick + tick, it
+    never runs an entry before its deadline D, and an advance to max(D, A) + tick or later (A: when it was added)
+    leaves it run. Stated over the symbolic wheel for every add and advance, with both ends of the window as
+    `Declarations` defines them."""
+    return wheel_obligation(SLOT_UNROUNDED if mutated else SLOT_WHEEL, on_time(WINDOWS["never_early_up_to_tick_late"]))
+
+
+@obligation("wheel.timing.window.min_one_tick", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH), cost=6,
+            mutant=NEXT_TICK_TWICE.bug)
+def window_min_one_tick(mutated: bool = False) -> Outcome:
+    """A wheel that declares min_one_tick (it never runs an entry on add: one due within the current tick waits for
+    the next tick) is on time for that window: built as Kafka's wheel filing an entry due before the level-1 clock's
+    next tick under that tick, it never runs an entry before the start of its deadline's tick (Kafka's earliest),
+    and an advance to max(D, A + tick) or later leaves it run. Stated over the symbolic wheel for every add and
+    advance, with both ends of the window as `Declarations` defines them."""
+    return wheel_obligation(NEXT_TICK_TWICE if mutated else NEXT_TICK_WHEEL, on_time(WINDOWS["min_one_tick"]))
+
+
+#: Kafka's defaults (tick 1, wheel 20) and a coarse tick (JINT costs 2-20 s per configuration; 3 levels: 18 s)
+JAVA_CONFIGURATIONS = ((1, 20, 2), (2, 2, 2))
+
+
+@obligation("wheel.timing.java_longs", cost=8, mutant=REFUSES_EARLY.bug,
+            domain=f"(tick, wheel size, levels) in {', '.join(map(str, JAVA_CONFIGURATIONS))}; Java's long "
+                   f"arithmetic (JINT: + - * wrap, / truncates, % follows the dividend); clocks, deadlines and "
+                   f"advances up to Long.MAX - tick * size^levels; otherwise as the symbolic wheel's domain")
+def timing_java_longs(mutated: bool = False) -> Outcome:
+    """The timing obligations hold in Java's arithmetic, not only the model's: with every operation of the wheel
+    (add's sums, the window tests, placement, clock rounding, cascades) computed as Java longs — the JINT encoding,
+    proved to be Java's by java.integer_encoding — nothing runs before the start of its tick, nothing stays pending
+    past an advance to that start, every advance terminates and a cascade neither loses nor duplicates an entry,
+    for every clock, deadline and advance up to one top-level interval before Long.MAX (Long.MAX - tick *
+    size^levels). Up to there no sum wraps, so Kafka's wheel and the model's exact one agree. Beyond it wrapping
+    matters, and Kafka fails: a deadline whose sum with now passes Long.MAX wraps negative and runs at once
+    (wheel.kafka.expiration_wraps); a clock within one interval of Long.MAX makes the window ends c + T*n wrap, so
+    an entry due before Long.MAX is neither refused nor placed and climbs until a level's tick wraps to 0, and the
+    add throws ArithmeticException (wheel.kafka.end_of_time); intervals of high levels wrap too
+    (wheel.kafka.interval_wraps). The model computes exactly there and runs such entries on time."""
+    def timing(*step):
+        return z3.And(*[prop(*step) for prop in (not_early, not_late, ranking, conserved)])
+
+    return wheel_obligation(REFUSES_EARLY if mutated else KAFKA, timing, backend=JINT,
+                            configurations=JAVA_CONFIGURATIONS)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -914,6 +1043,50 @@ def model_expiration_guard(mutated: bool = False) -> Outcome:
     goal = z3.And(z3.Implies(exact <= limit, java.raw == exact), z3.Implies(exact > limit, java < 0),
                   exact >= LONG_MIN)
     return verdict(prove([ranges, now >= 0], goal), "z3 NIA (Java vs exact)")
+
+
+@obligation("wheel.kafka.end_of_time", kind="finding", expect=REFUTED,
+            domain="Kafka's defaults (tick 1, wheel 20), clock c in [0, Long.MAX], delay d >= 0 with c + d <= "
+                   "Long.MAX (accepted by the model); QF_BV 64, clock then delay minimised")
+def kafka_end_of_time() -> Outcome:
+    """Claim: for every deadline the model accepts (c + d <= Long.MAX), wrapping does not matter to Kafka's first
+    level: its tests E < c + u ("already expired") and E < c + u*n ("inside my window") decide as they would in
+    exact arithmetic. z3 refutes it with the clock within one interval (u*n = 20 ms) of Long.MAX: c + u*n wraps
+    negative, so an entry inside the level's window is neither refused nor placed but handed up the overflow chain,
+    whose window ends wrap too. Executed on KafkaWheel: with the earliest such clock, a level up the chain refuses
+    the entry and it runs at once on add, before its deadline although the tick is 1 ms; with the clock at Long.MAX,
+    the climb goes on until a level's tick wraps to 0 and the add throws ArithmeticException. The model runs both
+    at their deadlines. This is where the symbolic wheel's Java obligation (wheel.timing.java_longs) stops: one
+    top-level interval before Long.MAX."""
+    (c, d), ranges = BV.longs("c d")
+    u, n = BV.c(1), BV.c(20)
+    E = c + d
+    constraints = [ranges, c >= 0, d >= 0, no_overflow_add(c, d), E - c < u * n, z3.Not(no_overflow_add(c, u * n)),
+                   z3.Not(E < c + u), z3.Not(E < c + u * n)]
+    answer = minimise(constraints, [c.raw, d.raw])
+    if answer.status != REFUTED:
+        return verdict(answer, METHOD_BV)
+    c_v, d_v = BV.value(answer.model, c.raw), BV.value(answer.model, d.raw)
+    executed = {}
+    for clock, delay in ((c_v, d_v), (LONG_MAX, 0)):
+        kafka = KafkaWheel(1, 20, clock)
+        try:
+            kafka.add_task("t", delay)
+            executed[(clock, delay)] = (f"runs at once on add, at {clock}, {delay} ms before its deadline"
+                                        if kafka.ran else "placed")
+        except (IndexError, ZeroDivisionError) as error:
+            executed[(clock, delay)] = f"the add throws {error}"
+    trace = timer_trace(
+        "specs.wheel.kafka.end_of_time", v.Params(tick_ms=1, wheel_size=20, start_ms=c_v),
+        [v.TimerAdd("t", d_v), v.Size(), v.Advance(c_v + d_v), v.Size()],
+        f"z3: clock {c_v}, delay {d_v}: Kafka's window end c + 20 wraps; Kafka: {executed[(c_v, d_v)]}. The model "
+        f"runs the task at its deadline {c_v + d_v}.")
+    return Outcome(REFUTED, METHOD_BV + " (minimised)",
+                   "; ".join(f"clock={clock}, delay={delay}: Kafka {outcome}" for (clock, delay), outcome
+                             in executed.items()) + ". Model: runs at the deadline.",
+                   witness={"start_ms": c_v, "delay_ms": d_v, "kafka": executed[(c_v, d_v)],
+                            "kafka_at_long_max": executed[(LONG_MAX, 0)]},
+                   traces={"clock_near_long_max": trace})
 
 
 def kafka_chain(u: Long, n: Long, c: Long, E: Long, levels: int):

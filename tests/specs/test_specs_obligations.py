@@ -18,8 +18,12 @@ EXPECTED = {
     "wheel.timing.not_late": PROVED,
     "wheel.advance.terminates": PROVED,
     "wheel.cascade.conservation": PROVED,
+    "wheel.timing.window.never_early_up_to_tick_late": PROVED,
+    "wheel.timing.window.min_one_tick": PROVED,
+    "wheel.timing.java_longs": PROVED,
     "wheel.kafka.expiration_wraps": REFUTED,
     "wheel.model.expiration_guard": PROVED,
+    "wheel.kafka.end_of_time": REFUTED,
     "wheel.kafka.interval_wraps": REFUTED,
     "wheel.model.top_level_sound": PROVED,
     "mutant.wheel.bucket_rounded_up": REFUTED,
@@ -95,6 +99,9 @@ def test_findings_are_documented_with_concrete_values(outcomes):
     assert threshold[f"delay {20**14}"].startswith("livelock")
     assert chain["small_wheel"]["wheel_size"] <= 64
     assert chain["small_wheel"]["kafka"].startswith(("livelock", "throws"))
+    end = outcomes["wheel.kafka.end_of_time"].witness
+    assert (end["start_ms"], end["delay_ms"]) == (2**63 - 20, 1)
+    assert end["kafka"].startswith("runs at once on add") and "ArithmeticException" in end["kafka_at_long_max"]
     memory = outcomes["purgatory.memory.no_bound_with_cancel"].witness
     assert memory["family_stale_entries"] == 10
 

@@ -102,3 +102,36 @@ def test_the_purge_threshold_refutes_a_wrong_inequality_and_a_wrong_counter(muta
     outcome = purgatory.threshold_check(mutant)
     assert outcome.status == REFUTED, outcome.detail
     assert "advance(" in outcome.detail
+
+
+def test_the_symbolic_windows_are_the_declared_ones():
+    """The windows the wheel obligations are stated against are `Declarations`' (evaluated on the same inputs)."""
+    import random
+
+    from kpurgatory.model.contract import FIRING, Declarations
+
+    assert set(wheel.WINDOWS) == set(FIRING)
+    rng = random.Random(7)
+    for firing, window in wheel.WINDOWS.items():
+        declared = Declarations(firing=firing)
+        for _ in range(200):
+            tick = rng.choice([1, 2, 10, 1000])
+            added = rng.randint(0, 10**6)
+            deadline = added + rng.choice([0, 1, tick - 1, tick, rng.randint(0, 5 * tick)])
+
+            def value(term):
+                return z3.simplify(term).as_long() if z3.is_expr(term) else term
+
+            assert value(window.earliest(z3.IntVal(deadline), tick)) == declared.earliest_ms(deadline, tick)
+            assert (value(window.latest(z3.IntVal(deadline), z3.IntVal(added), tick))
+                    == declared.latest_ms(deadline, added, tick))
+
+
+@pytest.mark.parametrize("check", [wheel.window_never_early, wheel.window_min_one_tick, wheel.timing_java_longs])
+def test_each_declared_window_and_java_arithmetic_has_teeth(check, monkeypatch):
+    """A slot wheel filing entries under their deadline fires early; one that makes a sub-tick delay wait two ticks
+    fires late; in Java's arithmetic, refusing one tick early fires early."""
+    monkeypatch.setattr(wheel, "JAVA_CONFIGURATIONS", ((2, 2, 2),))
+    outcome = check(mutated=True)
+    assert outcome.status == REFUTED, outcome.detail
+    assert outcome.witness["run"][0][0] == "add"
