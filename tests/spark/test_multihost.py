@@ -105,6 +105,7 @@ def lan():
         yield network
     finally:
         network.close()
+    assert not set(network.namespaces) & set(ip("netns", "list").split()), "a namespace outlived the test"
 
 
 def outputs(out: Path) -> dict:
