@@ -504,9 +504,9 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
 
 @contextlib.contextmanager
 def collector_paused():
-    """Python's cycle collector paused: reading a trace or replaying it allocates objects by the hundred thousand,
-    and every 700 allocations the collector would walk the youngest again (and, as they age, all of them), a quarter
-    of the time, to find no garbage: they form no cycle that outlives the call."""
+    """Python's cycle collector paused: reading a trace, or replaying it against the model, allocates objects by the
+    hundred thousand, and every 700 allocations the collector would walk the youngest again (and, as they age, all of
+    them), a quarter of the time, to find no garbage: they form no cycle that outlives the call."""
     enabled = gc.isenabled()
     gc.disable()
     try:
