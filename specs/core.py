@@ -43,7 +43,7 @@ RESOURCE_LIMIT = "unknown: resource limit"
 KINDS = ("obligation", "finding", "model", "mutant", "support")
 
 #: z3's resource budget per query (its ``rlimit``: a count of solver steps, the same on every machine and at any
-#: load, unlike a wall-clock timeout). The largest query of `kpurgatory prove` uses about 4e7; 3e8 is a minute or
+#: load, unlike a wall-clock timeout). The largest query of `kpurgatory prove` uses about 6e7; 3e8 is a minute or
 #: two of z3's work on these machines.
 DEFAULT_RLIMIT = 300_000_000
 #: what z3 says when a query stops at its resource limit (no timeout is ever set, so "canceled" is the limit too)

@@ -32,7 +32,7 @@ Kafka's arithmetic or design is wrong; the counterexample is documented and repl
 copies of a spec, which must be refuted). **not inductive**: an invariant is not preserved by some step from a state
 satisfying it, and no run within the BMC bound reaches a violation; the invariant needs strengthening. **unknown:
 resource limit**: a query used up its z3 budget undecided. Every query has the same budget (`rlimit`, counted in
-z3's own steps, 3e8; the largest query below uses about 4e7), never a wall-clock timeout, so a result does not
+z3's own steps, 3e8; the largest query below uses about 6e7), never a wall-clock timeout, so a result does not
 depend on the machine or its load.
 
 Every obligation that claims something names **its mutant**: the same encoding with one deliberate bug in its

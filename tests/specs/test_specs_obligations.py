@@ -37,7 +37,7 @@ EXPECTED = {
     "purgatory.cleanup.check": PROVED,
     "purgatory.cleanup.purge": PROVED,
     "purgatory.cleanup.map": PROVED,
-    "purgatory.any_number_of_ops": PROVED,
+    "purgatory.any_number_of_ops_and_keys": PROVED,
     "purgatory.counting_at_scale": PROVED,
     "purgatory.coarse_tick": PROVED,
     "purgatory.purge.threshold": PROVED,

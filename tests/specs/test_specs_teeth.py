@@ -135,3 +135,13 @@ def test_each_declared_window_and_java_arithmetic_has_teeth(check, monkeypatch):
     outcome = check(mutated=True)
     assert outcome.status == REFUTED, outcome.detail
     assert outcome.witness["run"][0][0] == "add"
+
+
+@pytest.mark.parametrize("mutant", ["no_second_try", "check_drops_live", "check_keeps_completed",
+                                    "purge_keeps_completed", "expire_late"])
+def test_one_op_and_one_key_for_any_number_has_teeth(mutant):
+    """The argument for any number of ops and keys (one tracked op and key, the rest abstracted) refutes a bug in
+    any per-op step: each of these mutants is refuted by a run of the abstract system."""
+    assert purgatory.one_op_one_key(None).status == PROVED
+    outcome = purgatory.one_op_one_key(mutant)
+    assert outcome.status == REFUTED, outcome.detail
