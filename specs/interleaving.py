@@ -62,6 +62,8 @@ MUTANTS = {
                           "is completed",
     "remove_without_recheck": "removeKeyIfEmpty removes the key when the walk found the list empty, without testing "
                               "again under the shard lock that it still is",
+    "remove_without_identity": "removeKeyIfEmpty removes k when the list it walked is empty, without testing that "
+                               "the map still holds that list",
     "append_outside_lock": "watchForOperation finds k's list under the shard lock but appends to it after releasing "
                            "the lock",
     "create_without_lock": "watchForOperation finds or creates k's list without the shard lock (get, then put a new "
@@ -207,7 +209,7 @@ def finish(s: dict, n: dict, o: str) -> None:
 
 def remove_key_if_empty(sc: Scenario, s: dict, n: dict, t: int, mutants: frozenset) -> None:
     """Under the shard lock: remove k if the map still holds the list this thread walked and it is still empty."""
-    same = s["map"] == s[f"list.{t}"]
+    same = s["map"] != 0 if "remove_without_identity" in mutants else s["map"] == s[f"list.{t}"]
     remove = same if "remove_without_recheck" in mutants else z3.And(same, is_empty(sc, s, s[f"list.{t}"]))
     n["map"] = pick(remove, 0, s["map"])
 
@@ -624,6 +626,7 @@ WATCH_CHECK = Scenario((Role("watch", "a"), Role("check", ready=("a",))))
 WATCH_CHECK_FORCE = Scenario((Role("watch", "a"), Role("check", ready=("a",)), Role("force", "a")))
 WATCH_PURGE = Scenario((Role("watch", "a"), Role("purge")), stale=("c",))
 WATCH_CANCEL_KEY = Scenario((Role("watch", "a"), Role("cancel_key")), waiting=("b",))
+PURGE_CANCEL_KEY_WATCH = Scenario((Role("watch", "a"), Role("purge"), Role("cancel_key")), stale=("c",))
 TWO_WATCHERS = Scenario((Role("watch", "a", timer=False), Role("watch", "b", timer=False),
                          Role("check", ready=("a", "b"))))
 TWO_CHECKS = Scenario((Role("watch", "a"), Role("check", ready=("a",)), Role("check"), Role("force", "a")))
@@ -679,6 +682,19 @@ def watch_vs_cancel_key(mutated: bool = False) -> Outcome:
     holds the shard lock from taking the list to returning it, and the watch appends under the same lock, so an
     append lands either in the list before it is taken (and is returned) or in a new list the watch creates."""
     return search(WATCH_CANCEL_KEY, mutated, "append_outside_lock", "loses an op",
+                  final_bad=either(orphaned, emptied_list_kept))
+
+
+@obligation("interleaving.replaced_list_kept", domain=str(PURGE_CANCEL_KEY_WATCH),
+            mutant=MUTANTS["remove_without_identity"])
+def replaced_list_kept(mutated: bool = False) -> Outcome:
+    """Removing an emptied list never removes its successor: k's list holds only the completed op c; T2's purge
+    walks it empty and goes to remove k, while T3's cancelForKey takes that list out of the map and T1's watch of a
+    creates a new list for k. In every interleaving, when all are done, a is either returned by cancelForKey or has
+    an entry in the list the map holds for k, and the map holds no emptied list. removeKeyIfEmpty tests, under the
+    shard lock, that the map still holds the very list the purge walked (KAFKA-2253's identity test), so the new
+    list stays."""
+    return search(PURGE_CANCEL_KEY_WATCH, mutated, "remove_without_identity", "removes a list it did not walk",
                   final_bad=either(orphaned, emptied_list_kept))
 
 

@@ -51,6 +51,7 @@ EXPECTED = {
     "interleaving.timer_clean": PROVED,
     "interleaving.watch_vs_purge": PROVED,
     "interleaving.watch_vs_cancel_key": PROVED,
+    "interleaving.replaced_list_kept": PROVED,
     "interleaving.kafka.cancelled_op_expires": REFUTED,
     "interleaving.two_watchers": PROVED,
     "interleaving.no_stale_try": PROVED,
