@@ -41,8 +41,8 @@ POLL_S = 0.2
 
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
-MASTER_URL = re.compile(r"Starting Spark master at (spark://\S+)")
-MASTER_UI = re.compile(r"MasterWebUI.* started at (http://\S+)")
+MASTER_URL = r"Starting Spark master at (spark://\S+)"
+MASTER_UI = r"MasterWebUI.* started at (http://\S+)"
 LEADER = "I have been elected leader"
 REGISTERED = "Successfully registered with master"
 
@@ -136,7 +136,7 @@ def standalone(folder: Path, workers: list[Host], master: Host = Host(), cores: 
     try:
         daemons.append(launch("master", master, [MASTER_CLASS, "--host", master.address, "--port", "0",
                                                  "--webui-port", "0"], folder))
-        url = wait_for(daemons[0], MASTER_URL.pattern, deadline, daemons)[1]
+        url = wait_for(daemons[0], MASTER_URL, deadline, daemons)[1]
         wait_for(daemons[0], LEADER, deadline, daemons)
         for number, host in enumerate(workers, 1):
             name = f"worker {number}"
@@ -145,7 +145,7 @@ def standalone(folder: Path, workers: list[Host], master: Host = Host(), cores: 
                                                "--work-dir", str(folder / f"worker-{number}")], folder))
         for daemon in daemons[1:]:
             wait_for(daemon, REGISTERED, deadline, daemons)
-        status = wait_for(daemons[0], MASTER_UI.pattern, deadline, daemons)[1].rstrip("/") + "/json/"
+        status = wait_for(daemons[0], MASTER_UI, deadline, daemons)[1].rstrip("/") + "/json/"
         yield Cluster(url, status, daemons[0], daemons[1:])
     finally:
         for daemon in reversed(daemons):
