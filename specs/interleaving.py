@@ -7,7 +7,8 @@ threads interleave them over one key ``k`` and up to three operations. Each thre
 
 ``watch(o)``     tryCompleteElseWatch(o, [k]): lock o; tryComplete #1; unless o is completed: take the shard lock,
                  find or create k's list in the map, append o, release; estimated += 1; tryComplete #2; unlock o; if
-                 o is not completed: add it to the timer, then cancel the entry if it was completed meanwhile.
+                 o is not completed: add it to the timer, then cancel the entry if it was completed meanwhile
+                 (``watch(o, no timer)``: a purgatory built with timerEnabled false, which stops after the unlock).
 ``check(k)``     checkAndComplete(k), optionally after set_ready (making conditions true): read k's list from the
                  map under the shard lock; walk it: an entry of a completed op is removed; for any other, lock the op,
                  safeTryComplete (skip if completed, else tryComplete), unlock, remove the entry if this call
@@ -32,8 +33,9 @@ can only shrink (appends need that lock), and a thread that empties it afterward
 estimated += 1, which no other thread reads here, is merged into the watch's preceding step. The walks visit the ops
 in a fixed order (the scenario's), not insertion order.
 
-Each program is finite and every lock is released, so unrolling the schedule to the sum of the program lengths (idle
-steps allowed) covers every interleaving: a property that holds there is proved for its scenario, not just bounded.
+Each program is finite and every lock is released, so unrolling the schedule to the sum of the program lengths (the
+longest paths through their steps, computed from the steps themselves; idle steps allowed at the end) covers every
+interleaving: a property that holds there is proved for its scenario, not just bounded.
 Each obligation states its scenario (its bound: those threads, those ops, one key, each call once) and names a
 mutant of its subject that z3 refutes with a schedule.
 """
@@ -337,7 +339,7 @@ def watch_program(role: Role, sc: Scenario, t: int, mutants: frozenset) -> Progr
     return Program(steps, 0)
 
 
-def walk(sc: Scenario, t: int, after: int, visit: Callable[[int, str, int], dict[int, Step]]) -> dict[int, Step]:
+def walk(sc: Scenario, after: int, visit: Callable[[int, str, int], dict[int, Step]]) -> dict[int, Step]:
     """The steps of a walk over k's list, one block of pcs per op (10, 20, ...); ``visit(base, op, next_pc)``."""
     steps = {}
     for i, o in enumerate(sc.ops):
@@ -402,7 +404,7 @@ def check_program(role: Role, sc: Scenario, t: int, mutants: frozenset) -> Progr
                 base + 2: Step(f"cancel+onComplete {o}", complete), base + 3: Step(f"remove {o} from list", remove)}
 
     steps = {0: Step("set_ready", set_ready), 1: Step("read k's list", read, lambda s: s["shard"] == 0)}
-    steps.update(walk(sc, t, 90, visit))
+    steps.update(walk(sc, 90, visit))
     steps.update(walk_end(sc, t, mutants))
     return Program(steps, 0 if role.ready else 1)
 
@@ -425,7 +427,7 @@ def purge_program(role: Role, sc: Scenario, t: int, mutants: frozenset) -> Progr
         return {base: Step(f"visit {o}", look), base + 1: Step(f"remove {o} from list", remove)}
 
     steps = {0: Step("read the map", read)}
-    steps.update(walk(sc, t, 90, visit))
+    steps.update(walk(sc, 90, visit))
     steps.update(walk_end(sc, t, mutants))
     return Program(steps, 0)
 
@@ -451,7 +453,7 @@ def cancel_key_program(role: Role, sc: Scenario, t: int, mutants: frozenset) -> 
         n["shard"], n[pc] = num(0), num(DONE)
 
     steps = {0: Step("remove k's list from the map", take, lambda s: s["shard"] == 0)}
-    steps.update(walk(sc, t, 90, visit))
+    steps.update(walk(sc, 90, visit))
     steps[90] = Step("unlock", unlock)
     return Program(steps, 0)
 
