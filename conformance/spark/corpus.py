@@ -170,16 +170,14 @@ def line_fields(raw: bytes) -> dict:
     from it), and its JSON value as ``document`` when it has one, so the validator need not parse it again."""
     row = dict(BLANK_ROW)
     try:
-        row["text"] = text = raw.decode("utf-8")
+        row["text"] = raw.decode("utf-8")
     except UnicodeDecodeError:
-        try:
-            codec.decode_line(raw)
-        except ValueError as error:
-            row["problem"] = str(error)
-            return row
+        pass
     try:
-        document = codec.decode_text(text)
-    except ValueError:
+        document = codec.decode_line(raw)
+    except ValueError as error:
+        if row["text"] is None:
+            row["problem"] = str(error)
         return row
     row["document"] = document
     if isinstance(document, dict):
