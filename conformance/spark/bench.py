@@ -16,13 +16,13 @@ each run of `RUNS` that ``--runs`` names:
   (`cluster.standalone`), started for the run and stopped after it: what the cluster's plumbing costs against
   ``local1``, and how the job scales with workers rather than threads.
 
-For each it prints events/s (input rows per second) in all and per core, the ratio to ``plain``, the peak resident
-memory of the whole process tree (this process, the JVM and its Python workers; a cluster's master, workers and
-executors too) over the run, warm-up included, the
-cores it really used while timed (CPU seconds of the tree over wall seconds) and the machine's 1-minute load average
-before and after (other work on the machine slows every run: compare runs of one table). Spark's plumbing is cheap
-when ``local1`` comes close to ``plain`` and ``local2`` (or ``cluster2`` against ``cluster1``) doubles it, given two
-free cores.
+For each it prints events/s (input rows per second) in all and per core, the ratio to ``plain``, events per CPU
+second of the whole process tree (this process, the JVM and its Python workers; a cluster's master, workers and
+executors too: what the run costs, whatever the machine's load left it), the peak resident memory of that tree over
+the run, warm-up included, the cores it really used while timed (CPU seconds of the tree over wall seconds) and the
+machine's 1-minute load average before and after (other work on the machine slows every run: compare runs of one
+table). Spark's plumbing is cheap when ``local1`` comes close to ``plain`` and ``local2`` (or ``cluster2`` against
+``cluster1``) doubles it, given two free cores.
 """
 
 from __future__ import annotations
@@ -237,7 +237,7 @@ def bench_command(events, steps, folder, runs, shapes, conf):
 def measure(steps: int, folder: Path, chosen: list[str], shapes: list[str], settings: dict[str, str],
             traces: int) -> None:
     """Record the corpus into ``folder`` unless it holds one, then time each chosen run on it."""
-    console = Console(width=max(120, Console().width))
+    console = Console(width=max(150, Console().width))
     if not (folder / "_SUCCESS").exists():
         session = get_session("local[2]", settings, "kpurgatory spark-bench")
         started = time.perf_counter()
@@ -264,20 +264,21 @@ def measure(steps: int, folder: Path, chosen: list[str], shapes: list[str], sett
 
 
 def result_table(rows: list[tuple], traces: int, steps: int) -> Table:
+    """One row per run; ``per CPU s`` (events per CPU second of the process tree) is what a run costs whatever the
+    machine's load left it, so it compares runs even on a busy machine."""
     table = Table(title=f"validate-traces, {rows[0][2].events:,} events in {traces:,} traces of {steps} steps "
                         f"({os.cpu_count()} CPUs)")
-    for column in ("run", "shape", "cores", "seconds", "events/s", "per core", "vs plain", "peak RSS", "cores used",
-                   "load before/after"):
+    for column in ("run", "shape", "cores", "seconds", "events/s", "per core", "vs plain", "per CPU s", "peak RSS",
+                   "cores used", "load before/after"):
         table.add_column(column, justify="left" if column in ("run", "shape") else "right", no_wrap=column == "run")
     plain = next((result for run, _, result, *_ in rows if run is RUNS["plain"]), None)
     for run, shape, result, peak_rss, before, after in rows:
         rate = result.events / result.seconds
         table.add_row(run.label, shape, str(run.cores), f"{result.seconds:,.1f}", f"{rate:,.0f}",
                       f"{rate / run.cores:,.0f}", f"{plain.seconds / result.seconds:.2f}x" if plain else "—",
-                      f"{peak_rss / 2**30:.2f} GiB", f"{result.cpu_seconds / result.seconds:.2f}",
-                      f"{before:.1f} / {after:.1f}")
+                      f"{result.events / result.cpu_seconds:,.0f}", f"{peak_rss / 2**30:.2f} GiB",
+                      f"{result.cpu_seconds / result.seconds:.2f}", f"{before:.1f} / {after:.1f}")
     return table
-
 
 if __name__ == "__main__":
     bench_command()
