@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import gc
 import importlib.resources
 import sys
 from pathlib import Path
@@ -314,10 +315,14 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps):
     under test broke (crashed, hung, wrote garbage)."""
     files = read_for_command(traces, concurrent=False)
     loaded = [trace for traces_of_file in files.values() for trace in traces_of_file]
-    reports = run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12)
     from kpurgatory.conformance.traces.view import view_failures  # the view imports this module
 
-    view_failures(files, reports)
+    gc.freeze()  # the traces outlive the replays: the collections during them need not walk the traces again
+    try:
+        reports = run_replays(loaded, impl, adapter, timeout, level, None if all_steps else 12)
+        view_failures(files, reports)
+    finally:
+        gc.unfreeze()
     # the worst of the replays' exit codes: a broken system over bad input over a failure
     sys.exit(max(report.exit_code for report in reports))
 
