@@ -2,8 +2,9 @@
 
 Trace ids, adapter names, an adapter's stderr and the messages built from them come from outside (traces are meant
 to be shared), so they never reach the terminal as they are: `safe` shows control characters — ANSI escape
-sequences, carriage returns, bells, and the C1 controls some terminals obey — as visible ``\\x1b``-style escapes,
-keeping only newlines and tabs; `markup` also escapes Rich's markup (``[bold]``, ``[/]``), for text inserted into a
+sequences, carriage returns, bells, the C1 controls some terminals obey, bidirectional overrides, and lone surrogates
+(which JSON's ``\\ud800`` can carry but no terminal encoding can print) — as visible ``\\x1b``-style escapes, keeping
+only newlines and tabs; `markup` also escapes Rich's markup (``[bold]``, ``[/]``), for text inserted into a
 string that Rich parses.
 """
 
@@ -16,7 +17,7 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 
 
 def safe(text: object) -> str:

@@ -61,10 +61,11 @@ def test_scenarios_can_be_selected_and_skipped():
 
 
 def test_untrusted_text_reaches_the_terminal_escaped(tmp_path):
-    """A trace id and task name with Rich markup and terminal escapes: printed as visible text, never obeyed."""
+    """A trace id and task name with Rich markup, terminal escapes and a lone surrogate (valid JSON, unprintable):
+    printed as visible text, never obeyed."""
     from kpurgatory.conformance.terminal import markup, safe
 
-    evil = "ev[/]il\x1b[31mRED\x07"
+    evil = "ev[/]il\x1b[31mRED\x07\ud800"
     header = {"trace": evil, "seq": 0, "header": {"format": "kpurgatory-trace", "version": 1, "profile": "timer",
                                                  "params": {"tick_ms": 1, "wheel_size": 20, "start_ms": 0},
                                                  "implementation": evil}}
@@ -76,7 +77,7 @@ def test_untrusted_text_reaches_the_terminal_escaped(tmp_path):
     result = CliRunner().invoke(main, ["replay", str(path)], color=True)
     assert result.exit_code == 1, result.output  # the recording misses the expiry: a failure, not a crash
     assert "\x1b[31mRED" not in result.output and "\x07" not in result.output
-    assert "FAIL ev[/]il\\x1b[31mRED\\x07" in result.output.replace("\x1b[1;31m", "").replace("\x1b[0m", "")
+    assert "FAIL ev[/]il\\x1b[31mRED\\x07\\ud800" in result.output.replace("\x1b[1;31m", "").replace("\x1b[0m", "")
     assert safe("a\x1b[2Jb\r\n\tc\x9b") == "a\\x1b[2Jb\\r\n\tc\\x9b"
     assert markup("[/]") == "\\[/]"
 
