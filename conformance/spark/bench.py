@@ -155,13 +155,18 @@ def job_in_process(bench: Bench) -> Timed:
     return timed(False, work)
 
 
+#: the warm-up's split size: the bundled sample (about 340 KB) in a dozen or so tasks
+WARM_UP_SPLIT_BYTES = 24 << 10
+
+
 def spark_run(bench: Bench, master: str) -> Timed:
     """``run_validation`` of the corpus on ``master``, after an untimed warm-up on the bundled sample; the session is
     stopped afterwards (its JVM-level settings stay those of the process's first session)."""
     session = get_session(master, bench.settings, "kpurgatory spark-bench")
     out = Path(tempfile.mkdtemp(prefix="kpurgatory-bench-out-"))
     try:
-        run_validation(session, [sample.path()], out, "exact", shape=bench.shape)  # JVM JIT, Python workers
+        # JVM JIT and Python workers on every executor: the sample cut into enough splits to reach them all
+        run_validation(session, [sample.path()], out, "exact", split_bytes=WARM_UP_SPLIT_BYTES, shape=bench.shape)
         return timed(True, lambda: run_validation(session, [bench.folder], out, "exact", shape=bench.shape).input_rows)
     finally:
         shutil.rmtree(out)
