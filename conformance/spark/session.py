@@ -69,6 +69,11 @@ def log4j_file() -> str:
     return str(importlib.resources.files("kpurgatory.conformance.spark").joinpath("log4j2.properties"))
 
 
+def quiet_java_options() -> str:
+    """The JVM options that send a driver's or executor's logs through `log4j_file`."""
+    return f"-Dlog4j2.configurationFile=file:{log4j_file()}"
+
+
 def on_this_host(master: str) -> bool:
     """Whether every executor of ``master`` runs on this host's loopback: local mode, or a standalone master at a
     loopback address. Only then may the driver bind loopback; executors elsewhere must reach it on the network."""
@@ -98,8 +103,8 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, a
     os.environ["PYSPARK_PYTHON"] = sys.executable
     settings = {**DEFAULTS,
                 "spark.pyspark.python": sys.executable,
-                "spark.driver.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j_file()}",
-                "spark.executor.extraJavaOptions": f"-Dlog4j2.configurationFile=file:{log4j_file()}",
+                "spark.driver.extraJavaOptions": quiet_java_options(),
+                "spark.executor.extraJavaOptions": quiet_java_options(),
                 **(conf or {})}
     builder = SparkSession.builder.appName(app)
     if master:
