@@ -30,6 +30,7 @@ SUBCOMMANDS: dict[str, str] = {
     "bench": "kpurgatory.conformance.tools.bench:bench_command",
     "check": "kpurgatory.conformance.check.sequential:check_command",
     "check-history": "kpurgatory.conformance.check.concurrent:check_history_command",
+    "matrix": "kpurgatory.conformance.tools.matrix:matrix_command",
     "mutants": "kpurgatory.conformance.tools.mutants:mutants_command",
     "replay": "kpurgatory.conformance.traces.replay:replay_command",
     "replay-bench": "kpurgatory.conformance.traces.replay_bench:replay_bench_command",

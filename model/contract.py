@@ -32,7 +32,8 @@ keeps only what the observations imply, never the system's internals. Each prope
 
 What a system promises is declared in its hello (`Declarations`, specs/protocol.md §3); the defaults are Kafka's
 behaviour. Declarations relax or tighten on_time, domain and counters only, and only at the contract level: the exact
-level is Kafka's behaviour whatever a system declares.
+level is Kafka's behaviour whatever a system declares, except the Kafka release it follows (``kafka_version``),
+whose rules (`model/releases.py`) both levels apply.
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from typing import Callable, Iterator
 import attrs
 
 from kpurgatory.model import vocabulary as v
+from kpurgatory.model.releases import Release
 
 PROPERTIES = ("exactly_once", "justified", "no_lost_wakeup", "on_time", "domain", "watcher_cleanup", "purge_rule",
               "counters")
@@ -61,6 +63,12 @@ FIRING = ("kafka", "never_early_up_to_tick_late", "min_one_tick")
 #: how a delay outside the declared domain is treated, and a negative delay (which may also run at once)
 OUTSIDE = ("rejected", "undefined")
 NEGATIVE = ("run_at_once", *OUTSIDE)
+
+
+def _release_version(instance, attribute, value) -> None:
+    if not isinstance(value, str):
+        raise ValueError(f"{attribute.name} must be a Kafka release number such as \"3.7.1\", got {value!r}")
+    Release.parse(value)  # its ValueError says what is wrong
 
 
 def _deadline(instance, attribute, value) -> None:
@@ -91,6 +99,9 @@ class Declarations:
                            runs never send it).
       negative_delays      d < 0 "run_at_once" (E is in the past: due at once, as in Kafka), "rejected" or
                            "undefined" (as above).
+      kafka_version        the Kafka release the system follows (a port declares the one it ports): the model
+                           behaves as that release, at the exact level too, and the contract allows what its rules
+                           allow (an op watched again after it completed may be listed again before KAFKA-18027).
     """
 
     firing: str = attrs.field(default="kafka", validator=attrs.validators.in_(FIRING))
@@ -98,6 +109,12 @@ class Declarations:
     max_deadline_ms: int = attrs.field(default=v.LONG_MAX, validator=_deadline)
     beyond_max_deadline: str = attrs.field(default="rejected", validator=attrs.validators.in_(OUTSIDE))
     negative_delays: str = attrs.field(default="run_at_once", validator=attrs.validators.in_(NEGATIVE))
+    kafka_version: str | None = attrs.field(default=None, validator=attrs.validators.optional(_release_version))
+
+    @property
+    def release(self) -> Release:
+        """The Kafka release the system follows: the model then behaves as that release did (`model/releases.py`)."""
+        return Release.parse(self.kafka_version)
 
     def earliest_ms(self, expiration_ms: int, tick_ms: int) -> int:
         if self.firing == "never_early_up_to_tick_late":
@@ -142,6 +159,13 @@ class OpState:
     #: what the last set_ready said (None: none yet, so ready_on decides)
     ready: bool | None = None
     completed: bool = False
+    #: when the op was first watched (releases before KAFKA-3470 fix its deadline then)
+    built_ms: int | None = None
+
+    def deadline_ms(self, now_ms: int, release: Release) -> int:
+        """Where a watch puts the op in the timer (unless a try completes it)."""
+        built = now_ms if self.built_ms is None or release.has("KAFKA-3470") else self.built_ms
+        return built + self.delay_ms
 
     def may_complete_by_condition(self) -> bool:
         return self.ready if self.ready is not None else self.ready_on is not None
@@ -329,7 +353,7 @@ class ContractMonitor:
     def _on_watch(self, command: v.Watch, observation: v.Observation) -> None:
         op = self.ops.get(command.op)
         if op is None:  # the caller built the op; a rejected watch leaves it unwatched but usable
-            op = self.ops[command.op] = OpState(command.ready_on, command.delay_ms or 0)
+            op = self.ops[command.op] = OpState(command.ready_on, command.delay_ms or 0, built_ms=self.now_ms)
         if command.keys and not self.check_domain(command, op.delay_ms, observation):
             if self.judging:
                 self.apply_events(command, observation)
@@ -338,12 +362,15 @@ class ContractMonitor:
             self.apply_events(command, observation)
             return
         was_completed = op.completed
+        if was_completed and not self.declarations.release.has("KAFKA-18027"):
+            for key in command.keys:  # re-listed as a stale entry (before KAFKA-8334 the loop gave up instead)
+                self.stale[key][command.op] += 1
         if not was_completed:
             # watched under every key; if a try completes it in this call, complete() turns these entries into
             # possibly-stale ones, since a system that succeeds on its first try never lists them
             for key in command.keys:
                 self.live[key][command.op] += 1
-            self.schedule(self.delayed_ops, command.op, self.now_ms + op.delay_ms)  # unless a try completes it
+            self.schedule(self.delayed_ops, command.op, op.deadline_ms(self.now_ms, self.declarations.release))
         completions = self.apply_events(command, observation)
         completed_here = any(c.op == command.op and c.via == "try" for c in completions)
         self.expect_result("justified", command, observation.result, completed_here)

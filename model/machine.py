@@ -14,6 +14,7 @@ import attrs
 
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.purgatory import DelayedOperation, DelayedOperationPurgatory, EmptyKeysError, Journal
+from kpurgatory.model.releases import CURRENT, Release
 from kpurgatory.model.timer import SystemTimer, TimerDomainError, TimerTask
 
 
@@ -54,8 +55,12 @@ def require_name(command: v.Command, field: str, value: object) -> None:
 
 @attrs.define(eq=False)
 class Model:
+    """``release`` is the Kafka release whose purgatory the model follows (`model/releases.py`); by default the
+    current one."""
+
     profile: str
     params: v.Params
+    release: Release = CURRENT
     journal: Journal = attrs.field(factory=Journal)
     timer: SystemTimer = attrs.field(init=False)
     purgatory: DelayedOperationPurgatory = attrs.field(init=False)
@@ -68,7 +73,7 @@ class Model:
         self.timer = SystemTimer.create(
             self.params.tick_ms, self.params.wheel_size, self.params.start_ms, on_bucket=self._enter_bucket_group
         )
-        self.purgatory = DelayedOperationPurgatory(self.timer, self.journal, self.params.purge_interval)
+        self.purgatory = DelayedOperationPurgatory(self.timer, self.journal, self.params.purge_interval, self.release)
 
     def _enter_bucket_group(self, expiration_ms: int) -> None:
         self.journal.current_group = ("bucket", expiration_ms)
@@ -84,6 +89,8 @@ class Model:
             raise CommandError(f"{command.name}: no command may follow shutdown")
         if self.profile not in command.profiles:
             raise CommandError(f"{command.name}: not a command of the {self.profile} profile")
+        if command.name in self.release.missing_commands:
+            raise CommandError(f"{command.name}: {self.release} has no such call")
         validate_names(command)
         self.journal.current_group = "command"
         try:
@@ -126,7 +133,8 @@ class Model:
         if op is None:
             if command.delay_ms is None:
                 raise CommandError(f"watch: delay_ms is required the first time op {command.op!r} is watched")
-            op = DelayedOperation(command.op, command.delay_ms, journal=self.journal, ready_on=command.ready_on)
+            op = DelayedOperation(command.op, command.delay_ms, journal=self.journal, ready_on=command.ready_on,
+                                  built_expiration_ms=self.now_ms + command.delay_ms)
             self.ops[command.op] = op
         else:
             for field in ("delay_ms", "ready_on"):

@@ -25,6 +25,7 @@ from typing import Callable
 
 import attrs
 
+from kpurgatory.model.releases import CURRENT, Release
 from kpurgatory.model.timer import SystemTimer, TimerTask, check_expiration
 from kpurgatory.model.vocabulary import Complete, Event, Expire, Purge
 
@@ -73,6 +74,8 @@ class DelayedOperation(TimerTask):
     ready: bool | None = attrs.field(default=None, kw_only=True)
     try_calls: int = attrs.field(default=0, kw_only=True)
     completed: bool = attrs.field(default=False, kw_only=True)
+    #: delay + clock when the op was built: its deadline in releases before KAFKA-3470
+    built_expiration_ms: int | None = attrs.field(default=None, kw_only=True)
 
     @property
     def op_id(self) -> str:
@@ -134,11 +137,13 @@ class EmptyKeysError(ValueError):
 @attrs.define(eq=False)
 class DelayedOperationPurgatory:
     """The purgatory. ``watchers`` maps each key to its watch list (insertion order, duplicates kept); a key is
-    present only while its list is non-empty, except transiently inside one call."""
+    present only while its list is non-empty, except transiently inside one call (and, before KAFKA-2160, for
+    ever once it had a list). ``release`` is the Kafka release whose rules it follows (`model/releases.py`)."""
 
     timer: SystemTimer
     journal: Journal
     purge_interval: int
+    release: Release = CURRENT
     watchers: dict[str, list[DelayedOperation]] = attrs.field(factory=dict)
     estimated_total_operations: int = 0
 
@@ -156,20 +161,63 @@ class DelayedOperationPurgatory:
         # Kafka would watch the op and then wrap its deadline at the timer add; rejecting first leaves no op on watch
         # lists without a timeout
         check_expiration(self.timer.now_ms, op.delay_ms)
+        if not self.release.has("KAFKA-1952"):
+            return self.try_before_each_key_else_watch(op, keys)
+        if not self.release.has("KAFKA-8334"):
+            return self.try_watch_until_completed(op, keys)
 
         def watch_all_keys() -> None:
             for key in keys:
-                if not op.completed:  # KAFKA-18027: no new watches for an op that is already complete
+                # KAFKA-18027: no new watches for an op that is already complete
+                if not op.completed or not self.release.has("KAFKA-18027"):
                     self.watch_for_operation(key, op)
             self.estimated_total_operations += 1
 
         if op.safe_try_complete_or_else(watch_all_keys):
             return True
-        if not op.completed:
-            self.timer.add(op)
-            if op.completed:  # expired on the spot by the add
-                op.cancel()
+        self.add_to_timer_unless_completed(op)
         return False
+
+    def try_watch_until_completed(self, op: DelayedOperation, keys: tuple[str, ...]) -> bool:
+        """Before KAFKA-8334: the same two tries, but the loop over the keys gives up (returns False) as soon as it
+        meets the op completed, and the estimate counts the call only once a key was watched. Alone, that happens
+        only to an op watched again after it completed: nothing is watched, tried or counted."""
+        if op.try_complete("try"):
+            return True
+        for index, key in enumerate(keys):
+            if op.completed:
+                return False
+            self.watch_for_operation(key, op)
+            if index == 0:
+                self.estimated_total_operations += 1
+        if op.try_complete("try"):
+            return True
+        self.add_to_timer_unless_completed(op)
+        return False
+
+    def try_before_each_key_else_watch(self, op: DelayedOperation, keys: tuple[str, ...]) -> bool:
+        """Before KAFKA-1952: a tryComplete before watching each key (n calls for n keys, the CPU cost that
+        change removed), giving up at a completed op as above."""
+        for index, key in enumerate(keys):
+            if op.completed:
+                return False
+            if op.try_complete("try"):
+                return True
+            self.watch_for_operation(key, op)
+            if index == 0:
+                self.estimated_total_operations += 1
+        self.add_to_timer_unless_completed(op)
+        return False
+
+    def add_to_timer_unless_completed(self, op: DelayedOperation) -> None:
+        if op.completed:
+            return
+        if self.release.has("KAFKA-3470"):
+            self.timer.add(op)
+        else:  # the deadline the op was built with, even when it is watched again
+            self.timer.add(op, expiration_ms=op.built_expiration_ms)
+        if op.completed:  # expired on the spot by the add
+            op.cancel()
 
     def watch_for_operation(self, key: str, op: DelayedOperation) -> None:
         self.watchers.setdefault(key, []).append(op)
@@ -195,7 +243,8 @@ class DelayedOperationPurgatory:
         return completed
 
     def remove_key_if_empty(self, key: str, operations: list[DelayedOperation]) -> None:
-        if self.watchers.get(key) is operations and not operations:
+        """KAFKA-2160: an emptied list leaves the map, if the key still maps to that very list."""
+        if self.release.has("KAFKA-2160") and self.watchers.get(key) is operations and not operations:
             del self.watchers[key]
 
     # --- cancelForKey -----------------------------------------------------------------------------------------
@@ -227,7 +276,7 @@ class DelayedOperationPurgatory:
             self.journal.record(Purge(self.purge_completed()))
 
     def watcher_keys(self) -> list[str]:
-        """The keys that have a watch list (never an empty one)."""
+        """The keys that have a watch list (never an empty one, since KAFKA-2160)."""
         return sorted(self.watchers)
 
     def purge_is_due(self) -> bool:

@@ -287,9 +287,12 @@ class SystemTimer:
         return cls(tick_ms, wheel_size, start_ms, TimingWheel.create(tick_ms, wheel_size, start_ms, queue, counter),
                    queue, counter, **kwargs)
 
-    def add(self, task: TimerTask) -> None:
-        """A fresh entry at now + delay replaces the task's previous one (so re-adding resets the deadline)."""
-        entry = TimerTaskEntry(task, check_expiration(self.now_ms, task.delay_ms))
+    def add(self, task: TimerTask, expiration_ms: int | None = None) -> None:
+        """A fresh entry at now + delay replaces the task's previous one (so re-adding resets the deadline).
+        ``expiration_ms`` is a deadline fixed elsewhere (an op built before KAFKA-3470 carries its own)."""
+        if expiration_ms is None:
+            expiration_ms = check_expiration(self.now_ms, task.delay_ms)
+        entry = TimerTaskEntry(task, expiration_ms)
         task.set_timer_task_entry(entry)
         self.add_timer_task_entry(entry)
 

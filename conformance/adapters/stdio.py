@@ -54,6 +54,8 @@ def handle(system: SystemUnderTest, request: dict, features: tuple[str, ...] = (
                       "profiles": list(hello.profiles), "features": [*hello.features, *features]}
             if hello.declarations != KAFKA:
                 result["declarations"] = declarations_to_json(hello.declarations)
+            if hello.unsupported:
+                result["unsupported_commands"] = sorted(hello.unsupported)
             return {"seq": seq, "events": [], "result": result}
         if cmd == "init":
             system.init(args["profile"], v.Params(**args["params"]))

@@ -136,7 +136,8 @@ class SubprocessSystem:
         except ValueError as error:
             raise self._break(ProtocolViolation(f"hello result: {error}")) from None
         return Hello(result["implementation"], result["profiles"], result.get("features", ()),
-                     result["protocol_version"], declarations_from_json(result.get("declarations", {})))
+                     result["protocol_version"], declarations_from_json(result.get("declarations", {})),
+                     result.get("unsupported_commands", ()))
 
     def init(self, profile: str, params: v.Params) -> None:
         result = self._lifecycle("init", {"profile": profile, "params": params_to_json(params)})

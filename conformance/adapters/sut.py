@@ -12,19 +12,50 @@ from typing import Protocol, runtime_checkable
 import attrs
 
 from kpurgatory.model.contract import KAFKA, Declarations
+from kpurgatory.model import vocabulary as v
 from kpurgatory.model.vocabulary import Command, Observation, Params
+
+
+def command_names(names) -> frozenset[str]:
+    """``unsupported``: a collection of the vocabulary's command names (a lone string is a mistake, not its
+    letters)."""
+    if isinstance(names, str):
+        raise TypeError(f"unsupported_commands must be a list of command names, got the string {names!r}")
+    names = frozenset(names)
+    if unknown := sorted(names - set(v.COMMANDS), key=str):
+        raise ValueError(f"unsupported_commands: {', '.join(map(repr, unknown))} "
+                         f"{'is not a command' if len(unknown) == 1 else 'are not commands'} of the vocabulary "
+                         f"(expected some of {', '.join(v.COMMANDS)})")
+    return names
 
 
 @attrs.frozen
 class Hello:
-    """The SUT's introduction: its name, the profiles it implements, optional features (``wheel``) and what it
-    promises where it is not Kafka (`Declarations`: firing window, lazy size, delay domain; Kafka's by default)."""
+    """The SUT's introduction: its name, the profiles it implements, optional features (``wheel``), what it
+    promises where it is not Kafka (`Declarations`: firing window, lazy size, delay domain; Kafka's by default) and
+    the commands it cannot execute (``unsupported``: a Kafka release without the call, e.g. ``cancel_key`` before
+    0.11.0.0), which the harness then never sends."""
 
     implementation: str
     profiles: tuple[str, ...] = attrs.field(converter=tuple)
     features: tuple[str, ...] = attrs.field(default=(), converter=tuple)
     protocol_version: int = 1
     declarations: Declarations = KAFKA
+    unsupported: frozenset[str] = attrs.field(default=frozenset(), converter=command_names)
+
+    def __attrs_post_init__(self) -> None:
+        # a release that predates a call cannot be sent it, whether or not its adapter says so
+        missing = self.declarations.release.missing_commands
+        if not missing <= self.unsupported:
+            object.__setattr__(self, "unsupported", self.unsupported | missing)
+
+    def drives(self, command: v.Command) -> bool:
+        """The system can be sent ``command``: not an optional read-out it lacks, nor a command it cannot execute."""
+        return v.supported(command, self.features) and command.name not in self.unsupported
+
+    def unable(self, commands) -> list[str]:
+        """The names of ``commands`` this system cannot execute, in order of first use."""
+        return list(dict.fromkeys(command.name for command in commands if command.name in self.unsupported))
 
 
 @runtime_checkable

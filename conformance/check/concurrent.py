@@ -43,6 +43,12 @@ deadline, force every op, check every key, read the counters, shut down. The his
 A violation is a fact about this history, never a guess: every rule uses only what the timings prove (a call that
 returned before another was invoked happened before it). Runs are random interleavings, so the same seed does not
 replay the same history; the seed fixes the scripts.
+
+The check goes on past a failure, as the sequential one does (`conformance.check.findings`): a violation has a
+signature (the property, its cause, the commands of the calls it names first), a history whose signatures were all
+reported counts as passing, and each new one is shrunk and reported, up to ``--max-failures``. A system that declares
+a Kafka release (``kafka_version``) is not blamed for the races that release shipped (`kafka_race`): those are
+Kafka findings, reported apart. Commands the system's hello lists as unsupported are never planned.
 """
 
 from __future__ import annotations
@@ -68,11 +74,13 @@ from rich.table import Table
 from kpurgatory.conformance.traces.replay import format_command, format_observation, read_for_command
 from kpurgatory.conformance.adapters.gates import Gates, GateSpec
 from kpurgatory.conformance.adapters.interleave import preempted
-from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
+from kpurgatory.conformance.adapters.subprocess import AdapterTimedOut, SubprocessSystem
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.check.findings import Signature
 from kpurgatory.conformance.terminal import command_console, markup
 from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, write_traces
 from kpurgatory.model import vocabulary as v
+from kpurgatory.model.releases import Release
 
 #: the interpreter's thread switch interval during a run: CPython's 5 ms default lets a thread run a whole script
 #: before the next one starts; 10 µs makes calls interleave inside the system's critical sections
@@ -125,9 +133,12 @@ WEIGHTS = {"watch": 30, "set_ready": 18, "check": 25, "cancel_key": 4, "force": 
 PIPELINED = 0.25
 
 
-def plan_run(rng: random.Random, threads: int, steps: int) -> Plan:
+def plan_run(rng: random.Random, threads: int, steps: int, unsupported: frozenset[str] = frozenset()) -> Plan:
     """Random rounds on small wheels (tasks overflow to three and more levels), keys shared by all threads, ops
-    referred to across threads: ``steps`` rounds, each with one or two calls of every worker and one advance."""
+    referred to across threads: ``steps`` rounds, each with one or two calls of every worker and one advance. No
+    call is one of the ``unsupported`` commands (those the system's hello says it cannot execute)."""
+    kinds = [kind for kind in WEIGHTS if kind not in unsupported]
+    weights = [WEIGHTS[kind] for kind in kinds]
     tick = rng.choice((1, 1, 2, 5))
     wheel = rng.choice((2, 3, 4, 8, 20))
     params = v.Params(tick_ms=tick, wheel_size=wheel, start_ms=rng.choice((0, rng.randrange(1, 1000))),
@@ -147,7 +158,7 @@ def plan_run(rng: random.Random, threads: int, steps: int) -> Plan:
         return rng.randrange(span, span * wheel * (wheel if roll > 0.9 else 1) + 1)
 
     def command(name: str) -> v.Command:
-        kind = rng.choices(list(WEIGHTS), list(WEIGHTS.values()))[0]
+        kind = rng.choices(kinds, weights)[0]
         counters[name] += 1
         if kind == "watch":
             return v.Watch(f"{name}.{counters[name] - 1}", tuple(rng.choices(keys, k=rng.choice((1, 1, 2, 3)))),
@@ -161,9 +172,10 @@ def plan_run(rng: random.Random, threads: int, steps: int) -> Plan:
     clock, rounds = params.start_ms, []
     for _ in range(steps):
         calls = [(name, command(name)) for name in names for _ in range(1 + (rng.random() < PIPELINED))]
-        clock += rng.choice((0, rng.randrange(1, tick + 1), rng.randrange(1, span + 1),
-                             rng.randrange(span, span * wheel + 1)))
-        calls.append((CLOCK, v.Advance(clock)))
+        if "advance" not in unsupported:
+            clock += rng.choice((0, rng.randrange(1, tick + 1), rng.randrange(1, span + 1),
+                                 rng.randrange(span, span * wheel + 1)))
+            calls.append((CLOCK, v.Advance(clock)))
         rounds.append(tuple(calls))
         visible.extend(command.op for _, command in calls if isinstance(command, v.Watch))
     return Plan(params, tuple(rounds))
@@ -292,7 +304,8 @@ class Recorder:
     def history(self, trace_id: str, params: v.Params) -> Trace:
         ordered = sorted(self.calls, key=lambda call: call.invoked)
         threads = max(2, len({call.thread for call in ordered}))
-        header = Header(trace_id, "purgatory", params, self.driver.hello.implementation, threads=threads)
+        header = Header(trace_id, "purgatory", params, self.driver.hello.implementation, threads=threads,
+                        declarations=self.driver.hello.declarations)
         return Trace(header, [Step(seq, call.command, call.observation or v.Observation(),
                                    Timing(call.thread, call.invoked, call.returned, call.failure, call.exec_ns))
                               for seq, call in enumerate(ordered, start=1)])
@@ -380,11 +393,10 @@ def drain(recorder: Recorder, plan: Plan, hello: Hello, timeout: float) -> None:
     ops, keys = sorted(plan.owners), plan.keys
     horizon = max([plan.params.start_ms, *(c.to_ms for _, c in plan.calls if isinstance(c, v.Advance))]) + max(
         [0, *(c.delay_ms or 0 for _, c in plan.calls if isinstance(c, v.Watch))])
-    commands = [*map(v.SetReady, ops), *map(v.Check, keys), v.Advance(horizon), *map(v.Force, ops),
-                *map(v.Check, keys), v.Watched(), v.Delayed(), v.Size()]
-    if "watcher_keys" in hello.features:
-        commands.append(v.WatcherKeys())
-    commands.append(v.Shutdown())
+    commands = [command for command in (*map(v.SetReady, ops), *map(v.Check, keys), v.Advance(horizon),
+                                        *map(v.Force, ops), *map(v.Check, keys), v.Watched(), v.Delayed(), v.Size(),
+                                        v.WatcherKeys(), v.Shutdown())
+                if hello.drives(command)]
 
     def calls() -> None:
         with contextlib.suppress(SystemFailed):
@@ -450,11 +462,14 @@ def overlap(trace: Trace) -> Overlap:
 
 @attrs.frozen
 class Violation:
-    """A property the history breaks, why, and the steps (seq) that show it."""
+    """A property the history breaks, why, and the steps (seq) that show it, those that break it first; ``cause``
+    names the event that broke it where the property has several ways to break that are different bugs
+    (``stale_try``)."""
 
     property: str
     message: str
     seqs: tuple[int, ...]
+    cause: str = ""
 
 
 @attrs.frozen
@@ -569,7 +584,7 @@ def justified(history: History) -> Iterator[Violation]:
                 yield Violation("justified", f"{format_command(step.command)} called tryComplete on op {event.op}, "
                                              f"which " + (f"had completed under its lock in step {locked[0].step.seq}"
                                                           if locked else "never completed") + " (KAFKA-17848)",
-                                (step.seq, *(c.step.seq for c in locked[:1])))
+                                (step.seq, *(c.step.seq for c in locked[:1])), "stale_try")
     for op, completions in history.completions.items():
         if op not in history.watches:
             yield Violation("justified", f"op {op} completed but was never watched", (completions[0].step.seq,))
@@ -758,10 +773,12 @@ def broken(history: Trace) -> bool:
 
 
 def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations: tuple[Violation, ...], *,
-           attempts: int = SHRINK_ATTEMPTS, budget_s: float = SHRINK_BUDGET_S
+           attempts: int = SHRINK_ATTEMPTS, budget_s: float = SHRINK_BUDGET_S,
+           keeps: Callable[[Trace, tuple[Violation, ...]], bool] = lambda history, violations: bool(violations)
            ) -> tuple[Plan, Trace, tuple[Violation, ...]]:
     """The smallest run found that still fails: greedily take the first smaller plan (fewer threads, fewer calls
-    per thread) one of whose ``attempts`` runs (more for small plans) breaks a property, until none does or ``budget_s`` is spent. A run
+    per thread) one of whose ``attempts`` runs (more for small plans) still fails — its history and violations
+    ``keeps`` the failure (by default: it breaks some property) — until none does or ``budget_s`` is spent. A run
     whose system raised or hung is not shrunk (the system is no longer usable)."""
     deadline = time.monotonic() + budget_s
     if broken(history):
@@ -783,7 +800,7 @@ def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations:
                 attempt = run(candidate)
                 if broken(attempt):
                     return plan, history, violations
-                if found := tuple(check_history(attempt)):
+                if keeps(attempt, found := tuple(check_history(attempt))):
                     plan, history, violations, improved = candidate, attempt, found, True
                     needed = max(needed or 0, number)
                     break
@@ -793,14 +810,128 @@ def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Telling failures apart: signatures, and Kafka's known races
+# ---------------------------------------------------------------------------------------------------------------
+
+
+@attrs.frozen
+class KafkaRace:
+    """A race Kafka shipped until ``ticket`` fixed it. A system that declares a release without the fix
+    (``declarations.kafka_version``) and breaks a property this way has Kafka's bug: a finding, not a failure."""
+
+    name: str
+    ticket: str
+    description: str
+
+    @property
+    def signature(self) -> Signature:
+        return Signature("finding", "", self.name)
+
+    def __str__(self) -> str:
+        return f"Kafka finding ({self.name}, fixed by {self.ticket}): {self.description}"
+
+
+STALE_TRY = KafkaRace("stale-try", "KAFKA-17848", "a check called tryComplete on an op that another call had "
+                      "completed under the op's lock: before 4.0.0 safeTryComplete did not skip a completed op")
+TRYLOCK_LOST_WAKEUP = KafkaRace(
+    "trylock-lost-wakeup", "KAFKA-6653", "a check skipped a ready op whose lock another call held, and nobody tried "
+    "it again: in 0.11.0.2 and 1.0.x a check took the op lock with tryLock and left no pending flag for the lock's "
+    "holder to retry, so the op waited for its timeout")
+
+
+def kafka_race(violation: Violation, history: Trace, release: Release) -> KafkaRace | None:
+    """The race of ``release`` that ``violation`` shows, if it is one Kafka shipped in that release."""
+    if violation.cause == "stale_try" and not release.has(STALE_TRY.ticket):
+        return STALE_TRY
+    if (violation.property == "no_lost_wakeup" and release.has("KAFKA-5970")
+            and not release.has(TRYLOCK_LOST_WAKEUP.ticket) and skipped_while_held(violation, history)):
+        return TRYLOCK_LOST_WAKEUP
+    return None
+
+
+def skipped_while_held(violation: Violation, history: Trace) -> bool:
+    """The check that left the ready op behind (a no_lost_wakeup violation's second step) overlapped a call that
+    may have held the op's lock inside its tryComplete: a watch or try of the op, or a check of a key it is watched
+    on. Only then could a tryLock have failed."""
+    steps = {step.seq: step for step in history.steps}
+    op, check = steps[violation.seqs[0]].command.op, steps[violation.seqs[1]]
+    keys = {key for step in history.steps if isinstance(step.command, v.Watch) and step.command.op == op
+            for key in step.command.keys}
+
+    def may_hold(command: v.Command) -> bool:
+        return (isinstance(command, (v.Watch, v.Try)) and command.op == op or
+                isinstance(command, v.Check) and command.key in keys)
+
+    return any(step is not check and may_hold(step.command) and not step.timing.precedes(check.timing)
+               and not check.timing.precedes(step.timing) for step in history.steps)
+
+
+def signature(violation: Violation, history: Trace) -> Signature:
+    """What tells ``violation``'s bug from others: the property it breaks and the commands of the (at most two) calls
+    it names first, or, when it has a cause, the cause and the command of the call where it showed (whoever
+    completed the op meanwhile is circumstance), and for a double completion the property alone (which calls raced
+    to complete the op is circumstance too); for a call that failed, how (hung, or the class it raised) and in
+    which command."""
+    if violation.property == "exactly_once" and len(violation.seqs) > 1:
+        return Signature("breaks", "", violation.property)
+    steps = {step.seq: step for step in history.steps}
+    named = [steps[seq] for seq in violation.seqs[:1 if violation.cause else 2]]
+    if violation.property == "no_failure":
+        failure = named[0].timing.failure
+        if failure is None or failure.startswith(f"{AdapterTimedOut.__name__}:"):
+            return Signature("hung", named[0].command.name, "")
+        return Signature("raised", named[0].command.name, failure.partition(":")[0])
+    detail = violation.property + (f" ({violation.cause})" if violation.cause else "")
+    return Signature("breaks", "+".join(sorted({step.command.name for step in named})), detail)
+
+
+def label(signature: Signature) -> str:
+    """A concurrent failure's signature in words."""
+    if signature.kind == "breaks" and signature.command:
+        return f"breaks {signature.detail} in {signature.command}"
+    return str(signature)
+
+
+def classify(history: Trace, violations: tuple[Violation, ...], release: Release
+             ) -> dict[Signature, tuple[KafkaRace | None, tuple[Violation, ...]]]:
+    """``violations`` by signature, in order (a Kafka race of ``release`` under its finding's): each signature's
+    race, if it is one, and its violations."""
+    groups: dict[Signature, tuple[KafkaRace | None, tuple[Violation, ...]]] = {}
+    for violation in violations:
+        race = kafka_race(violation, history, release)
+        key = race.signature if race is not None else signature(violation, history)
+        groups[key] = (race, groups.get(key, (race, ()))[1] + (violation,))
+    return groups
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The concurrent check and its report
 # ---------------------------------------------------------------------------------------------------------------
+
+#: how many distinct failures `run_concurrent_check` reports before it stops (kpurgatory check passes --max-failures)
+MAX_FAILURES = 1
+
+
+@attrs.frozen
+class RaceReport:
+    """One distinct failure (or Kafka finding) of a concurrent check: its signature, the history that showed it
+    first (shrunk, if it was a random run) with the history's violations, where it was written, how many calls it
+    had before shrinking, and how many later histories failed with the same signature (``repeats``)."""
+
+    signature: Signature
+    history: Trace
+    violations: tuple[Violation, ...]
+    finding: KafkaRace | None = None
+    path: Path | None = None
+    shrunk_from: int | None = None
+    repeats: int = 0
 
 
 @attrs.frozen
 class ConcurrentResult:
     """The verdict of a concurrent check: the race schedules and random runs done, the overlap their calls reached,
-    and the first failing history (shrunk, if it was a random run), its violations and where it is."""
+    every distinct failure and Kafka finding (`RaceReport`), and, for callers that want one, the first that fails
+    the check: its history, violations, path and size before shrinking."""
 
     passed: bool
     seed: int
@@ -813,82 +944,170 @@ class ConcurrentResult:
     violations: tuple[Violation, ...] = ()
     history_path: Path | None = None
     overlap: Overlap = Overlap()
-    #: race schedules that passed (None: the system has no gates, so none could run)
+    #: race schedules played (None: the system has no gates, so none could run)
     schedules: int | None = None
     #: calls in the failing history before it was shrunk
     shrunk_from: int | None = None
+    failures: tuple[RaceReport, ...] = ()
+    findings: tuple[RaceReport, ...] = ()
+    #: (schedule, what happened) for each race schedule skipped or not played as written
+    schedule_notes: tuple[tuple[str, str], ...] = ()
+    #: why the check stopped before its budget: the system could not be made afresh after it failed
+    aborted: str | None = None
+
+
+class Target:
+    """The system under test of a concurrent check, made afresh (`renew`) after it hung or failed."""
+
+    def __init__(self, factory: Callable[[], SystemUnderTest]):
+        self.factory = factory
+        self.system, self.hung = factory(), False
+        try:
+            self.hello = self.system.hello()
+        except BaseException:
+            self.system.close()
+            raise
+        self.driver = driver_for(self.system, self.hello)
+
+    def seen(self, history: Trace) -> None:
+        """Note whether ``history`` left a call of the system running."""
+        self.hung = self.hung or any(step.timing.returned is None for step in history.steps)
+
+    def renew(self) -> None:
+        """A fresh system in place of one that failed: an adapter is closed (its process group killed); an
+        in-process system that hung is abandoned (its threads may hold its locks), any other closed. Raises what
+        the factory or hello raises."""
+        if isinstance(self.system, SubprocessSystem) or not self.hung:
+            with contextlib.suppress(Exception):
+                self.system.close()
+        self.system, self.hung = self.factory(), False
+        self.driver = driver_for(self.system, self.system.hello())
+
+    def close(self) -> None:
+        if isinstance(self.system, SubprocessSystem) or not self.hung:
+            self.system.close()
 
 
 def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int,
                          seed: int | None = None, timeout: float = 10.0, out_dir: str | Path | None = None,
                          on_run: Callable[[int, int], None] | None = None,
-                         shrink_budget_s: float = SHRINK_BUDGET_S) -> ConcurrentResult:
-    """First the race schedules (`kpurgatory.conformance.check.schedules`, if the system has gates), then ``runs``
-    random plans of ``threads`` workers and ``steps`` rounds each (from ``seed``), each a fresh run (init) of one
-    system, until a history breaks a property. A failing random run is shrunk (for up to ``shrink_budget_s``). The
-    failing history is written to ``out_dir`` as ``TRACE-ID.jsonl`` with its table as ``.txt`` and its page
-    (`traces.view`) as ``.html``. ``on_run(runs so far, calls so far)`` reports progress. A hung system is
-    abandoned, not closed (its threads may hold its locks)."""
+                         shrink_budget_s: float = SHRINK_BUDGET_S, max_failures: int = MAX_FAILURES,
+                         fail_on_findings: bool = False) -> ConcurrentResult:
+    """First the race schedules (`kpurgatory.conformance.check.schedules`, if the system has gates; those using a
+    command the system's hello lists as unsupported are skipped), then ``runs`` random plans of ``threads`` workers
+    and ``steps`` rounds each (from ``seed``), each a fresh run (init) of one system.
+
+    A history that breaks a property is judged by signature (`signature`): one whose every signature was reported
+    already counts as passing, so the check goes on to other bugs; a new one is shrunk (a random run, for up to
+    ``shrink_budget_s``, keeping that signature) and reported, until ``max_failures`` distinct failures are found.
+    A race Kafka shipped in the release the system declares (`kafka_race`) is a finding, reported apart; findings
+    fail the check only with ``fail_on_findings``. Each reported history is written to ``out_dir`` as
+    ``TRACE-ID.jsonl`` with its table as ``.txt`` and its page (`traces.view`) as ``.html``. A system that hung or
+    failed is made afresh for what follows; one that cannot be ends the check (``aborted``). ``on_run(runs so far,
+    calls so far)`` reports progress."""
     from kpurgatory.conformance.check.schedules import SCHEDULES, run_schedule
 
     seed = random.randrange(2**32) if seed is None else seed
     rng = random.Random(seed)
-    started, calls, measured = time.monotonic(), 0, Overlap()
-    system = system_factory()
-    hung = False
+    started, calls, measured, run = time.monotonic(), 0, Overlap(), 0
+    target = Target(system_factory)
+    hello = target.hello
+    release = hello.declarations.release
+    known: dict[Signature, int] = {}
+    reports: list[RaceReport] = []
+    notes: list[tuple[str, str]] = []
+    aborted = played = None
     try:
-        hello = system.hello()
         if "purgatory" not in hello.profiles:
             raise ValueError(f"{hello.implementation} does not implement the purgatory profile the concurrent check "
                              f"drives")
-        driver = driver_for(system, hello)
 
-        def failed(history: Trace, violations: tuple[Violation, ...], run: int, **more) -> ConcurrentResult:
-            path = None
+        def new_failure(history: Trace) -> tuple[Signature, KafkaRace | None, tuple[Violation, ...]] | None:
+            """The first signature of ``history``'s violations not reported yet, its race and violations; the
+            known ones count as met again."""
+            groups = classify(history, tuple(check_history(history)), release)
+            for key in groups.keys() & known.keys():
+                known[key] += 1
+            fresh = next((key for key in groups if key not in known), None)
+            return None if fresh is None else (fresh, *groups[fresh])
+
+        def record(history: Trace, key: Signature, race: KafkaRace | None, shrunk_from: int | None = None) -> None:
+            violations, path = tuple(check_history(history)), None
             if out_dir is not None:
                 path = write_traces(Path(out_dir) / f"{history.trace_id}.jsonl", history)
                 path.with_suffix(".txt").write_text(render(history, violations))
                 from kpurgatory.conformance.traces.view import write_view  # the view imports this module
 
                 write_view(path.with_suffix(".html"), history, violations={history.trace_id: violations})
-            return ConcurrentResult(False, seed, hello.implementation, threads, run, calls,
-                                    time.monotonic() - started, history, violations, path, measured, **more)
+            reports.append(RaceReport(key, history, violations, race, path, shrunk_from))
+            known[key] = 0
 
-        schedules = None
-        if driver.gated:
-            for schedules, schedule in enumerate(SCHEDULES):
-                history = run_schedule(system, hello, driver, schedule, timeout=timeout)
-                hung = any(step.timing.returned is None for step in history.steps)
-                calls += len(history.steps)
-                if violations := tuple(check_history(history)):
-                    return failed(history, violations, 0, schedules=schedules)
-            schedules = len(SCHEDULES)
-        for run in range(1, runs + 1):
-            plan = plan_run(rng, threads, steps)
-            history = execute(system, hello, plan, timeout=timeout, trace_id=f"concurrent-{seed}-{run}",
-                              driver=driver)
-            hung = any(step.timing.returned is None for step in history.steps)
+        def enough() -> bool:
+            return aborted is not None or sum(report.finding is None for report in reports) >= max_failures
+
+        def after(histories: list[Trace]) -> str | None:
+            """Make the system afresh if one of ``histories`` left it failed; why it could not be, if so."""
+            for history in histories:
+                target.seen(history)
+            if any(map(broken, histories)):
+                try:
+                    target.renew()
+                except Exception as error:  # noqa: BLE001 - the system's failure ends the check, reported
+                    return f"the system could not be made afresh after it failed: {type(error).__name__}: {error}"
+            return None
+
+        if target.driver.gated:
+            played = 0
+            for schedule in SCHEDULES:
+                if enough():
+                    break
+                if lacking := hello.unable(schedule.commands):
+                    notes.append((schedule.name, f"skipped: uses {', '.join(lacking)}, unsupported by the adapter"))
+                    continue
+                outcome = run_schedule(target.system, hello, target.driver, schedule, timeout=timeout)
+                played += 1
+                calls += len(outcome.history.steps)
+                if outcome.deviation is not None:
+                    notes.append((schedule.name, outcome.deviation))
+                if found := new_failure(outcome.history):
+                    record(outcome.history, *found[:2])
+                aborted = after([outcome.history])
+        while run < runs and not enough():
+            run += 1
+            plan = plan_run(rng, threads, steps, hello.unsupported)
+            history = execute(target.system, hello, plan, timeout=timeout, trace_id=f"concurrent-{seed}-{run}",
+                              driver=target.driver)
             measured += overlap(history)
             calls += len(history.steps)
             if on_run is not None:
                 on_run(run, calls)
-            if violations := tuple(check_history(history)):
-                size, attempts = len(history.steps), []
+            attempts = [history]
+            if found := new_failure(history):
+                key, race, violations = found
+                size = len(history.steps)
 
                 def rerun(candidate: Plan) -> Trace:
-                    attempts.append(execute(system, hello, candidate, timeout=timeout, driver=driver,
+                    attempts.append(execute(target.system, hello, candidate, timeout=timeout, driver=target.driver,
                                             trace_id=history.trace_id))
                     return attempts[-1]
 
-                _, history, violations = shrink(rerun, plan, history, violations, budget_s=shrink_budget_s)
-                hung = hung or any(step.timing.returned is None for attempt in attempts for step in attempt.steps)
-                return failed(history, violations, run, schedules=schedules,
-                              shrunk_from=size if size > len(history.steps) else None)
-        return ConcurrentResult(True, seed, hello.implementation, threads, runs, calls, time.monotonic() - started,
-                                overlap=measured, schedules=schedules)
+                def keeps(attempt: Trace, found: tuple[Violation, ...]) -> bool:
+                    return key in classify(attempt, found, release)
+
+                _, shrunk, _ = shrink(rerun, plan, history, violations, budget_s=shrink_budget_s, keeps=keeps)
+                record(shrunk, key, race, size if size > len(shrunk.steps) else None)
+            aborted = after(attempts)
     finally:
-        if not hung:
-            system.close()
+        target.close()
+    reports = [attrs.evolve(report, repeats=known[report.signature]) for report in reports]
+    failures = tuple(report for report in reports if report.finding is None)
+    findings = tuple(report for report in reports if report.finding is not None)
+    failing = failures + (findings if fail_on_findings else ())
+    first = failing[0] if failing else None
+    return ConcurrentResult(
+        not failing and aborted is None, seed, hello.implementation, threads, run, calls, time.monotonic() - started,
+        first and first.history, first.violations if first else (), first and first.path, measured, played,
+        first and first.shrunk_from, failures, findings, tuple(notes), aborted)
 
 
 def history_table(history: Trace, violations: tuple[Violation, ...], context: int | None = 3) -> Table:
@@ -929,35 +1148,53 @@ def render(history: Trace, violations: tuple[Violation, ...]) -> str:
     return console.file.getvalue()
 
 
-def print_result(console: Console, result: ConcurrentResult, rerun: str) -> None:
-    table = Table(title=f"concurrent check of {result.implementation}")
-    for column in ("threads", "race schedules", "runs", "calls", "overlapping", "most at once", "time", "verdict"):
+def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on_findings: bool = False) -> None:
+    def plain(text: str) -> None:
+        """Paths, commands and the system's own words: never styled or wrapped."""
+        console.print(text, markup=False, highlight=False, soft_wrap=True)
+
+    table = Table(title=f"concurrent check of {markup(result.implementation)}")
+    for column in ("threads", "race schedules", "runs", "calls", "overlapping", "most at once", "failures",
+                   "findings", "time", "verdict"):
         table.add_column(column)
     measured = result.overlap
     table.add_row(str(result.threads), "no gates" if result.schedules is None else str(result.schedules),
                   str(result.runs), f"{result.calls:,}", f"{measured.fraction:.0%}" if measured.calls else "-",
-                  str(measured.most) if measured.calls else "-", f"{result.elapsed_s:.1f} s",
+                  str(measured.most) if measured.calls else "-", str(len(result.failures)),
+                  str(len(result.findings)), f"{result.elapsed_s:.1f} s",
                   "[green]pass[/]" if result.passed else "[bold red]FAIL[/]")
     console.print(table)
-    console.print(f"random runs' {measured}", markup=False, highlight=False)
-    if result.passed:
-        return
-    console.rule("[bold red]purgatory (concurrent): FAIL")
-    if result.shrunk_from is not None:
-        console.print(f"shrunk from {result.shrunk_from} to {len(result.history.steps)} calls", markup=False)
-    console.print(violations_table(result.violations))
-    console.print(history_table(result.history, result.violations))
-    if result.history_path is not None:
-        console.print(f"history:        {result.history_path}\nwhole table:    "
-                      f"{result.history_path.with_suffix('.txt')}\nview:           "
-                      f"{result.history_path.with_suffix('.html')}\ncheck it:       kpurgatory check-history "
-                      f"{result.history_path}", markup=False, highlight=False, soft_wrap=True)
-    console.print(f"re-run:         {rerun}", markup=False, highlight=False, soft_wrap=True)
+    plain(f"random runs' {measured}")
+    for name, note in result.schedule_notes:
+        plain(f"race schedule {name}: {note}")
+    for report in result.findings + result.failures:
+        failing = report.finding is None or fail_on_findings
+        console.rule(f"[bold {'red' if failing else 'yellow'}]purgatory (concurrent): "
+                     + markup(report.finding.name if report.finding else label(report.signature)))
+        if report.finding is not None:
+            plain(str(report.finding))
+        if report.shrunk_from is not None:
+            plain(f"shrunk from {report.shrunk_from} to {len(report.history.steps)} calls")
+        console.print(violations_table(report.violations))
+        console.print(history_table(report.history, report.violations))
+        plain(f"met again in {report.repeats} later histories")
+        if report.path is not None:
+            plain(f"history:        {report.path}\nwhole table:    {report.path.with_suffix('.txt')}\n"
+                  f"view:           {report.path.with_suffix('.html')}\n"
+                  f"check it:       kpurgatory check-history {report.path}")
+    if result.failures or result.findings:
+        plain(f"{len(result.failures)} distinct failures, {len(result.findings)} Kafka findings")
+    if result.aborted is not None:
+        plain(f"stopped early: {result.aborted}")
+    if not result.passed:
+        plain(f"re-run:         {rerun}")
 
 
 def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int, seed: int,
-                       timeout: float, out: Path, rerun: str) -> bool:
-    """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report; True if it passed."""
+                       timeout: float, out: Path, rerun: str, max_failures: int = MAX_FAILURES,
+                       fail_on_findings: bool = False) -> int:
+    """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report. Its exit code: 0
+    passed, 1 the system failed, 3 the system could not be made afresh after it failed, and nothing else failed."""
     console = command_console()
     console.print(f"checking concurrently: the race schedules, then {runs} runs of {steps} rounds, each round "
                   f"{threads} worker threads (one or two calls in flight each) and a clock thread started together; "
@@ -966,10 +1203,10 @@ def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, 
                   TextColumn("{task.fields[calls]:,} calls"), TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("runs", total=runs, calls=0)
         result = run_concurrent_check(factory, threads=threads, runs=runs, steps=steps, seed=seed, timeout=timeout,
-                                      out_dir=out, on_run=lambda done, calls: progress.update(
-                                          task, completed=done, calls=calls))
-    print_result(console, result, rerun)
-    return result.passed
+                                      out_dir=out, max_failures=max_failures, fail_on_findings=fail_on_findings,
+                                      on_run=lambda done, calls: progress.update(task, completed=done, calls=calls))
+    print_result(console, result, rerun, fail_on_findings)
+    return 0 if result.passed else 1 if result.history is not None else 3
 
 
 @click.command("check-history")
@@ -978,21 +1215,28 @@ def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, 
 def check_history_command(histories, all_steps):
     """Check concurrent histories (traces whose header has threads) against the concurrency properties.
 
-    Any harness may record them, in any language: see specs/protocol.md, "Concurrent histories". Exits 0 when every
-    history satisfies every property, 1 when one does not, 2 on malformed input."""
+    Any harness may record them, in any language: see specs/protocol.md, "Concurrent histories". A violation that is
+    a race Kafka shipped in the release the history's header declares (its ``kafka_version``) is a Kafka finding,
+    shown but not failing. Exits 0 when every history satisfies every property but for such findings, 1 when one
+    does not, 2 on malformed input."""
     files = read_for_command(histories, concurrent=True)
     loaded = [trace for traces in files.values() for trace in traces]
     console = command_console()
-    found = {}
+    found, failed = {}, 0
     for trace in loaded:
         violations = found[trace.trace_id] = tuple(check_history(trace))
-        verdict = "[green]pass[/]" if not violations else f"[bold red]FAIL[/] ({len(violations)} violations)"
+        races = {violation: kafka_race(violation, trace, trace.header.declarations.release)
+                 for violation in violations}
+        failing = sum(race is None for race in races.values())
+        names = sorted({race.name for race in races.values() if race is not None})
+        verdict = ("[green]pass[/]" if not violations else f"[bold red]FAIL[/] ({failing} violations)" if failing
+                   else f"[yellow]Kafka findings[/] ({markup(', '.join(names))})")
         console.print(f"{markup(trace.trace_id)}: {len(trace.steps)} calls on {trace.header.threads} threads, "
                       f"{overlap(trace)}: {verdict}")
         if violations:
             console.print(violations_table(violations))
             console.print(history_table(trace, violations, context=None if all_steps else 3))
-    failed = sum(bool(violations) for violations in found.values())
+        failed += bool(failing)
     console.print(f"{len(loaded) - failed} passed, {failed} failed")
     from kpurgatory.conformance.traces.view import view_failures  # the view imports this module
 

@@ -8,22 +8,31 @@ exploration goes on to the next bug.
 
 Kafka's own timer misbehaves at the edge of the model's domain, where its ``long`` arithmetic wraps (the model's
 choice there is written down in ``model/timer.py``). A system that does what Kafka does there has not diverged from
-Kafka; it has Kafka's bug. `FINDINGS` names those behaviours, each by the class of input that triggers it and the
-system's outcome on it; a failure that matches one is reported as ``Kafka finding (NAME): …`` with its own shrunk
-trace, apart from failures, and does not fail the check unless asked to (``--fail-on-findings``).
+Kafka; it has Kafka's bug. To know what Kafka does, `KafkaShadow` runs Kafka's timer beside the model's in Java
+``long`` arithmetic (`specs.javalong.PY`), from the state *before* each step: an add that wraps a window end, an
+advance whose bucket re-inserts its entries into itself, a read-out of wrapped levels. `FINDINGS` names each
+behaviour by that input class (an `Edge`) and the system's outcome on it, judged by exception *family* (a divide by
+zero, an index out of bounds, a stack overflow, in the words of Java, Python, Go, Rust or JavaScript) or by a hang; a
+failure that matches one is reported as ``Kafka finding (NAME): …`` with its own shrunk trace, apart from failures,
+and does not fail the check unless asked to (``--fail-on-findings``).
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import re
 from typing import Callable
 
 import attrs
 
-from kpurgatory.conformance.adapters.subprocess import AdapterError, AdapterTimedOut
+from kpurgatory.conformance.adapters.subprocess import AdapterCrashed, AdapterError, AdapterFailed, AdapterTimedOut
 from kpurgatory.conformance.check.compare import Difference
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
+from kpurgatory.model.releases import FIRST, version_key
+from kpurgatory.model.timer import SystemTimer, TimerTaskEntry
+from kpurgatory.specs.javalong import PY
 
 
 @attrs.frozen(order=True)
@@ -68,133 +77,461 @@ def error_signature(where: str, error: Exception) -> Signature:
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# How a system failed: exception families, whatever the language
+# ---------------------------------------------------------------------------------------------------------------
+
+#: family -> what a system says when it fails that way (lower case): Java's exception classes and messages, Python's,
+#: Go's and Rust's panics, JavaScript's errors. First match wins: JavaScript's stack overflow is a RangeError too.
+FAMILIES: dict[str, tuple[str, ...]] = {
+    "stack-overflow": ("stackoverflow", "stack overflow", "recursionerror", "maximum recursion depth",
+                       "maximum call stack size exceeded", "overflowed its stack"),
+    "out-of-memory": ("outofmemory", "out of memory", "memoryerror", "cannot allocate memory"),
+    "divide-by-zero": ("/ by zero", "zerodivisionerror", "divide by zero", "division by zero", "modulo by zero",
+                       "remainder with a divisor of zero"),
+    "index-out-of-bounds": ("indexoutofbounds", "index out of range", "index out of bounds", "indexerror",
+                            "rangeerror"),
+}
+
+
+def said(error: Exception) -> str:
+    """What a failed system said: an in-process exception's class and message, the protocol's failure text (not the
+    stderr tail, which may still hold an earlier run's failure), or a crashed adapter's exit and last words."""
+    if isinstance(error, AdapterFailed):
+        return error.detail
+    if isinstance(error, AdapterError):
+        return str(error)
+    return f"{type(error).__name__}: {error}"
+
+
+def family(error: Exception | None) -> str | None:
+    """The family of a failure: one of `FAMILIES`, ``hung`` for a call that timed out, else None. A bare
+    ArithmeticException (a hot JVM may drop its message) is a division by zero unless it says overflow."""
+    if error is None:
+        return None
+    if isinstance(error, AdapterTimedOut):
+        return "hung"
+    text = said(error).lower()
+    for name, words in FAMILIES.items():
+        if any(word in text for word in words):
+            return name
+    if "arithmeticexception" in text and "overflow" not in text:
+        return "divide-by-zero"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Kafka's timer in Java long arithmetic
+# ---------------------------------------------------------------------------------------------------------------
+
+#: levels an add may climb before Kafka's recursion counts as endless. Climbs are nearly all short or endless: of 3,000
+#: random far adds, 1,043 had not ended after 30,000 levels, 8 ended between 300 and 18,000 levels, the rest within
+#: 300 (where one ends past this limit, Kafka's JVM may well have overflowed its stack first)
+CLIMB_LIMIT = 2_000
+#: bucket releases in one advance before it counts as a livelock (a run holds at most a few dozen entries)
+RELEASE_LIMIT = 10_000
+
+
+class KafkaFailed(Exception):
+    """Kafka's timer cannot do the step: ``kind`` is divide-by-zero, index-out-of-bounds, recursion or livelock."""
+
+    def __init__(self, kind: str, detail: str):
+        super().__init__(f"{kind}: {detail}")
+        self.kind = kind
+
+
+@attrs.define(eq=False)
+class KafkaBucket:
+    """A TimerTaskList: its slot, its expiration (-1 unused) and its entries, task -> expiration, in order."""
+
+    slot: int
+    expiration: int = -1
+    entries: dict[str, int] = attrs.Factory(dict)
+
+
+@attrs.define(eq=False)
+class KafkaLevel:
+    tick: int
+    size: int
+    current: int
+    interval: int
+    buckets: dict[int, KafkaBucket] = attrs.Factory(dict)
+
+
+class KafkaTimer:
+    """Kafka's SystemTimer, TimingWheel and TimerTaskList with every sum, product, quotient and remainder a Java
+    ``long`` (`PY`): the climb to an overflow wheel, the bucket index and expiration, the clock advance of each level,
+    and the flush that re-inserts a released bucket's entries until the bucket is empty. Where Kafka throws, recurses
+    without end or never leaves a loop, `KafkaFailed` says which."""
+
+    def __init__(self, tick_ms: int, wheel_size: int, start_ms: int):
+        self.now = start_ms
+        self.size = wheel_size
+        self.levels = [self._level(tick_ms, start_ms)]
+        self.queue: list[tuple[int, int, KafkaBucket]] = []
+        self.offers = itertools.count()
+        self.where: dict[str, KafkaBucket] = {}
+
+    @classmethod
+    def of(cls, timer: SystemTimer) -> KafkaTimer:
+        """Kafka's timer in the model's state: the state it is in as long as no step made it compute a sum past
+        Long.MAX_VALUE (`near_the_edge`)."""
+        kafka = cls.__new__(cls)
+        kafka.now, kafka.size, kafka.levels, kafka.where = timer.now_ms, timer.wheel_size, [], {}
+        buckets: dict[int, KafkaBucket] = {}
+        for wheel in timer.timing_wheel.levels():
+            level = KafkaLevel(wheel.tick_ms, wheel.wheel_size, wheel.current_time_ms, PY.mul(wheel.tick_ms,
+                                                                                              wheel.wheel_size))
+            for slot, bucket in enumerate(wheel.buckets):
+                if bucket.entries or bucket.expiration_ms != -1:
+                    copy = buckets[id(bucket)] = level.buckets[slot] = KafkaBucket(slot, bucket.expiration_ms)
+                    for entry in bucket.entries:
+                        copy.entries[entry.task.task_id] = entry.expiration_ms
+                        kafka.where[entry.task.task_id] = copy
+            kafka.levels.append(level)
+        kafka.queue = [(expiration, order, buckets[id(bucket)]) for expiration, order, bucket in timer.queue.heap]
+        kafka.offers = itertools.count(max((order for _, order, _ in kafka.queue), default=0) + 1)
+        return kafka
+
+    def _level(self, tick: int, start: int) -> KafkaLevel:
+        if tick == 0:
+            raise KafkaFailed("divide-by-zero", "an overflow wheel's tick wrapped to 0: startMs % tickMs")
+        return KafkaLevel(tick, self.size, PY.sub(start, PY.rem(start, tick)), PY.mul(tick, self.size))
+
+    def add(self, task: str, expiration: int) -> bool:
+        """SystemTimer.add of a fresh entry (the task's previous one leaves first); False when Kafka runs it at once."""
+        self.cancel(task)
+        return self._place(task, expiration)
+
+    def cancel(self, task: str) -> None:
+        bucket = self.where.pop(task, None)
+        if bucket is not None:
+            del bucket.entries[task]
+
+    def _place(self, task: str, expiration: int) -> bool:
+        """TimingWheel.add from the finest level up (Kafka recurses; a loop here, with `CLIMB_LIMIT`)."""
+        for k in range(CLIMB_LIMIT):
+            level = self.levels[k]
+            if expiration < PY.add(level.current, level.tick):
+                return False
+            if expiration < PY.add(level.current, level.interval):
+                virtual_id = PY.div(expiration, level.tick)
+                slot = PY.rem(virtual_id, level.size)
+                if not 0 <= slot < level.size:
+                    raise KafkaFailed("index-out-of-bounds", f"bucket index {slot} of level {k + 1}")
+                bucket = level.buckets.setdefault(slot, KafkaBucket(slot))
+                bucket.entries[task] = expiration
+                self.where[task] = bucket
+                bucket_expiration = PY.mul(virtual_id, level.tick)
+                if bucket.expiration != bucket_expiration:
+                    bucket.expiration = bucket_expiration
+                    heapq.heappush(self.queue, (bucket_expiration, next(self.offers), bucket))
+                return True
+            if k + 1 == len(self.levels):
+                self.levels.append(self._level(level.interval, level.current))
+        raise KafkaFailed("recursion", f"an add climbed past {CLIMB_LIMIT} overflow wheels of wrapped intervals")
+
+    def advance(self, to_ms: int) -> list[str]:
+        """advanceClock on the virtual clock: release every bucket due by ``to_ms``; the tasks run, in order."""
+        self.now, ran, releases = to_ms, [], 0
+        while self.queue and self.queue[0][0] <= to_ms:
+            expiration, _, bucket = heapq.heappop(self.queue)
+            releases += 1
+            if releases > RELEASE_LIMIT:
+                raise KafkaFailed("livelock", f"{RELEASE_LIMIT} bucket releases in one advance to {to_ms}")
+            time_ms = expiration
+            for level in self.levels:  # TimingWheel.advanceClock: a level moves, then the one above follows it
+                if time_ms < PY.add(level.current, level.tick):
+                    break
+                level.current = time_ms = PY.sub(time_ms, PY.rem(time_ms, level.tick))
+            while bucket.entries:  # TimerTaskList.flush: until the list is empty
+                task, entry_expiration = next(iter(bucket.entries.items()))
+                self.cancel(task)
+                if not self._place(task, entry_expiration):
+                    ran.append(task)
+                elif self.where[task] is bucket:
+                    raise KafkaFailed("livelock", f"{task} is re-inserted into the bucket being flushed "
+                                                  f"(expiration {bucket.expiration})")
+            bucket.expiration = -1
+        return ran
+
+    def pending(self) -> set[str]:
+        return set(self.where)
+
+    def describe(self) -> dict:
+        """The ``wheel`` read-out, as the model's `SystemTimer.describe`."""
+        return {"levels": [{"tick_ms": level.tick, "wheel_size": level.size, "current_ms": level.current,
+                            "buckets": [{"slot": slot, "expiration_ms": bucket.expiration,
+                                         "entries": list(bucket.entries)}
+                                        for slot, bucket in sorted(level.buckets.items()) if bucket.entries]}
+                           for level in self.levels]}
+
+    def queued(self) -> list[int]:
+        return sorted(expiration for expiration, _, _ in self.queue)
+
+
+def climbs_past_long_max(timer: SystemTimer, expiration: int) -> bool:
+    """Placing ``expiration`` compares it with a sum past Long.MAX_VALUE (a level's current time + tick, the "already
+    expired" test, or + interval, the window end), at a level it passes through or lands in, or creates on the way."""
+    if expiration > v.LONG_MAX:
+        return True
+    levels = list(timer.timing_wheel.levels())
+    current, tick, size = levels[0].current_time_ms, levels[0].tick_ms, levels[0].wheel_size
+    for k in itertools.count():
+        if k < len(levels):
+            current, tick = levels[k].current_time_ms, levels[k].tick_ms
+        else:  # the overflow wheel the climb would create: tick = the interval below, started at its current time
+            current, tick = current - current % (tick * size), tick * size
+        if current + tick > v.LONG_MAX or expiration < current + tick:
+            return current + tick > v.LONG_MAX
+        if current + tick * size > v.LONG_MAX or expiration < current + tick * size:
+            return current + tick * size > v.LONG_MAX
+    raise AssertionError("unreachable")
+
+
+def near_the_edge(model: Model, command: v.Command) -> bool:
+    """The step may make Kafka compute a sum past Long.MAX_VALUE, from a state where its wheel is still the model's:
+    an add or watch whose deadline or placement does, or an advance that may compare with a window end past it
+    (every level's current time stays at or before the clock)."""
+    timer = model.timer
+    if isinstance(command, v.Advance):
+        return command.to_ms + list(timer.timing_wheel.levels())[-1].interval > v.LONG_MAX
+    return any(climbs_past_long_max(timer, deadline) for deadline in deadlines(model, command))
+
+
+def deadlines(model: Model, command: v.Command) -> list[int]:
+    """The deadlines an add or watch may give its entry, in exact arithmetic (a watch of an op built before
+    KAFKA-3470 keeps the deadline it was built with)."""
+    if isinstance(command, v.TimerAdd):
+        return [model.now_ms + command.delay_ms]
+    if not isinstance(command, v.Watch):
+        return []
+    op = model.ops.get(command.op)
+    delay = command.delay_ms if command.delay_ms is not None else None if op is None else op.delay_ms
+    built = None if op is None else op.built_expiration_ms
+    return ([] if delay is None else [model.now_ms + delay]) + ([] if built is None else [built])
+
+
+@attrs.frozen
+class Edge:
+    """What Kafka's timer does on one step where its arithmetic wraps, judged from its state before the step:
+    ``failure`` how it fails (`KafkaFailed` kinds), ``early`` the tasks or ops it runs (expires) there that the model
+    does not, ``late`` those the model runs and Kafka does not, ``wrapped_deadline`` whether the step's now + delay_ms
+    passed Long.MAX_VALUE, ``read_out_differs`` whether Kafka's wheel or delay-queue read-out is not the model's."""
+
+    failure: str | None = None
+    early: frozenset[str] = frozenset()
+    late: frozenset[str] = frozenset()
+    wrapped_deadline: bool = False
+    read_out_differs: bool = False
+
+
+def timer_runs(observation: v.Observation | None) -> set[str]:
+    """The tasks an observation ran and the ops it expired."""
+    if observation is None:
+        return set()
+    return {event.task if isinstance(event, v.Run) else event.op for event in observation.events
+            if isinstance(event, (v.Run, v.Expire)) or isinstance(event, v.Complete) and event.via == "expire"}
+
+
+@attrs.define
+class KafkaShadow:
+    """Kafka's timer beside the model's through one run. Until a step may make Kafka wrap a sum (`near_the_edge`),
+    Kafka's state is the model's and nothing is kept; at that step it is copied from the model (`KafkaTimer.of`),
+    and from then on each step is done on both. `before` is called before the model steps,
+    `after` once it has: the model's step says which entries the command adds and cancels (a watch adds its op only
+    when the op did not complete), Kafka's timer says what its arithmetic makes of them. Once Kafka's timer did
+    something else than the model's, it no longer stands for the system's state: the run's later steps have no
+    edge."""
+
+    kafka: KafkaTimer | None = None
+    derailed: bool = False
+    #: before the step under way: the clock and the model's pending entries (None: Kafka's step is the model's)
+    now_ms: int = 0
+    entries: dict[str, TimerTaskEntry] | None = None
+
+    def before(self, model: Model, command: v.Command) -> None:
+        self.entries = None
+        if self.derailed:
+            return
+        if self.kafka is None:
+            if not near_the_edge(model, command):
+                return
+            self.kafka = KafkaTimer.of(model.timer)
+        self.now_ms, self.entries = model.now_ms, pending_entries(model.timer)
+
+    def after(self, model: Model, command: v.Command, expected: v.Observation) -> Edge | None:
+        """What Kafka does on the step just taken; None where that is what the model does."""
+        if self.entries is None:
+            return None
+        kafka, before, now = self.kafka, self.entries, self.now_ms
+        after = pending_entries(model.timer)
+        model_ran = timer_runs(expected)
+        ran: list[str] = []
+        failure, wrapped = None, expected.error == "delay_out_of_range"
+        try:
+            if isinstance(command, v.Advance):
+                ran = kafka.advance(command.to_ms)
+            elif isinstance(command, (v.TimerAdd, v.Watch)):
+                added = command.task if isinstance(command, v.TimerAdd) else command.op
+                if wrapped:
+                    delay = command.delay_ms if command.delay_ms is not None else model.ops[added].delay_ms
+                    expiration = PY.add(now, delay)
+                elif added in after and after[added] is not before.get(added):
+                    expiration = after[added].expiration_ms
+                elif added in model_ran:  # the model ran it on add: due within the current tick
+                    expiration = max(deadlines(model, command))
+                else:
+                    expiration = None  # a watch that completed the op: no timer entry
+                if expiration is not None and not kafka.add(added, expiration):
+                    ran.append(added)
+        except KafkaFailed as failed:
+            failure = failed.kind
+        for gone in kafka.pending() - set(after) - set(ran):  # cancelled, completed, shut down
+            kafka.cancel(gone)
+        read_out = (isinstance(command, v.Wheel) and kafka.describe() != expected.result
+                    or isinstance(command, v.DelayQueue) and kafka.queued() != expected.result)
+        edge = Edge(failure, frozenset(ran) - model_ran, frozenset(model_ran - set(ran)) if failure is None else
+                    frozenset(), wrapped, read_out)
+        if edge == Edge():
+            return None
+        self.derailed = edge.failure is not None or bool(edge.early or edge.late) or edge.wrapped_deadline
+        return edge
+
+
+def pending_entries(timer: SystemTimer) -> dict[str, TimerTaskEntry]:
+    return {entry.task.task_id: entry for wheel in timer.timing_wheel.levels() for bucket in wheel.buckets
+            for entry in bucket.entries}
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Kafka's known misbehaviours at the edge of the domain
 # ---------------------------------------------------------------------------------------------------------------
 
-#: Inputs: predicates on the model after the step, the step's command and the model's observation of it (None for
-#: init); outcomes: on what the system answered (None when it failed) and how it failed (None when it answered).
-Inputs = Callable[[Model, "v.Command | None", "v.Observation | None"], bool]
-Outcome = Callable[["v.Observation | None", "Exception | None"], bool]
+#: an input class: on Kafka's edge of the step, the command and the model's observation of it
+Inputs = Callable[[Edge, v.Command, v.Observation], bool]
+#: an outcome: on Kafka's edge of the step, what the system answered (None when it failed) and how it failed
+Outcome = Callable[[Edge, "v.Observation | None", "Exception | None"], bool]
+
+#: how Kafka's timer fails, by `KafkaFailed` kind -> the families of what a system does that fails the same way
+FAILS_LIKE: dict[str, frozenset[str | None]] = {
+    "divide-by-zero": frozenset({"divide-by-zero"}),
+    "index-out-of-bounds": frozenset({"index-out-of-bounds"}),
+    # Kafka's JVM overflows its stack, or spends minutes and gigabytes building wheels until a time limit stops it
+    "recursion": frozenset({"stack-overflow", "out-of-memory", "hung", "crashed"}),
+    "livelock": frozenset({"hung"}),
+}
 
 
-def deadline_beyond_long_max(model: Model, command: v.Command | None, expected: v.Observation | None) -> bool:
-    """``now + delay_ms`` exceeds Long.MAX_VALUE: the model rejects it with ``delay_out_of_range``."""
-    return expected is not None and expected.error == "delay_out_of_range"
-
-
-def past_long_max(model: Model) -> set[str]:
-    """The tasks and ops whose entry sits at a level whose window ends past Long.MAX_VALUE (current time + interval;
-    the interval itself may exceed it). Kafka computes that end in a ``long``: it wraps, so Kafka places such an
-    entry wrongly or, once an interval wraps to 0 or keeps wrapping, never."""
-    return {entry.task.task_id for wheel in model.timer.timing_wheel.levels()
-            if wheel.current_time_ms + wheel.interval > v.LONG_MAX
-            for bucket in wheel.buckets for entry in bucket.entries}
-
-
-def compares_past_long_max(model: Model, deadline: int) -> bool:
-    """Placing ``deadline`` compares it with a sum past Long.MAX_VALUE: the finest level's current time + tick (the
-    "already expired" test), or the current time + interval of a level it passes through or lands in. Kafka
-    computes those sums in a ``long``; they wrap."""
-    levels = list(model.timer.timing_wheel.levels())
-    if levels[0].current_time_ms + levels[0].tick_ms > v.LONG_MAX:
-        return True
-    if deadline < levels[0].current_time_ms + levels[0].tick_ms:
+def fails_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
+    """The system failed in the family Kafka's timer fails in on this step (a crash counts where Kafka recurses
+    without end: a native stack overflow kills the process, with or without last words)."""
+    if edge.failure is None or error is None:
         return False
-    for wheel in levels:
-        if wheel.current_time_ms + wheel.interval > v.LONG_MAX:
-            return True
-        if deadline < wheel.current_time_ms + wheel.interval:
-            return False
-    return False
+    outcome = family(error)
+    if outcome is None and isinstance(error, AdapterCrashed):
+        outcome = "crashed"
+    return outcome in FAILS_LIKE[edge.failure]
 
 
-def places_past_long_max(model: Model, command: v.Command | None, expected: v.Observation | None) -> bool:
-    """The step adds an entry whose placement compares past Long.MAX_VALUE (or that sits at a level whose window
-    ends past it), or advances the clock while such an entry is pending."""
-    if isinstance(command, (v.TimerAdd, v.Watch)) and not deadline_beyond_long_max(model, command, expected):
-        added = command.task if isinstance(command, v.TimerAdd) else command.op
-        delay = command.delay_ms if isinstance(command, v.TimerAdd) else model.ops[command.op].delay_ms
-        return added in past_long_max(model) or compares_past_long_max(model, model.now_ms + delay)
-    return advances_past_long_max(model, command, expected)
+def answers_or_fails_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
+    return observed is not None and observed.error is None or fails_like_kafka(edge, observed, error)
 
 
-def advances_past_long_max(model: Model, command: v.Command | None, expected: v.Observation | None) -> bool:
-    """The step advances the clock while an entry sits at a level whose window ends past Long.MAX_VALUE."""
-    return isinstance(command, v.Advance) and bool(past_long_max(model))
+def runs_early_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
+    """The system answered and ran (expired) one of the entries Kafka runs early on this step."""
+    return bool(timer_runs(observed) & edge.early)
 
 
-def reads_past_long_max(model: Model, command: v.Command | None, expected: v.Observation | None) -> bool:
-    """A read-out of the wheel's structure once it has a level whose window ends past Long.MAX_VALUE (levels stay
-    when their entries leave, and Kafka's keep their wrapped ticks and intervals)."""
-    return isinstance(command, (v.Wheel, v.DelayQueue)) and any(
-        wheel.current_time_ms + wheel.interval > v.LONG_MAX for wheel in model.timer.timing_wheel.levels())
-
-
-def accepted(observed: v.Observation | None, error: Exception | None) -> bool:
-    return observed is not None and observed.error is None
-
-
-def raised(*texts: str) -> Outcome:
-    """The system failed with one of ``texts`` in what it said: an exception's message in process, the protocol's
-    failure text or a crashed adapter's stderr through a subprocess."""
-    return lambda observed, error: error is not None and any(text in f"{type(error).__name__}: {error}"
-                                                             for text in texts)
-
-
-#: how Kafka's wheel fails when its long arithmetic wrapped: a tick of 0, endless overflow levels, a negative index
-wheel_arithmetic_failed = raised("/ by zero", "ArithmeticException", "StackOverflow", "ArrayIndexOutOfBounds")
-
-
-def hung(observed: v.Observation | None, error: Exception | None) -> bool:
-    return isinstance(error, AdapterTimedOut)
-
-
-def anything(observed: v.Observation | None, error: Exception | None) -> bool:
+def anything(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
     return True
+
+
+#: every Kafka release with the hierarchical timing wheel: its arithmetic is the same in all of them
+ALL_RELEASES = f"every release from {FIRST} (the hierarchical timing wheel, KAFKA-1989) to the current one"
 
 
 @attrs.frozen
 class Finding:
+    """One of Kafka's known misbehaviours: ``summary`` says what Kafka does, ``releases`` which releases do it and
+    ``ticket`` its KAFKA ticket ("no ticket" when none is filed); ``inputs`` and ``outcome`` recognise it."""
+
     name: str
-    description: str
+    summary: str
     inputs: Inputs = attrs.field(repr=False)
     outcome: Outcome = attrs.field(repr=False)
+    releases: str = ALL_RELEASES
+    ticket: str = "no ticket"
+    #: the first release that has it (they all still do)
+    since: str = FIRST
+
+    @property
+    def description(self) -> str:
+        return self.summary
 
     @property
     def signature(self) -> Signature:
         return Signature("finding", "", self.name)
 
+    def applies_to(self, version: str) -> bool:
+        """Whether Kafka ``version`` has it."""
+        return version_key(version) >= version_key(self.since)
+
     def __str__(self) -> str:
-        return f"Kafka finding ({self.name}): {self.description}"
+        return f"Kafka finding ({self.name}): {self.summary} [{self.releases}; {self.ticket}]"
 
 
 #: Kafka's known misbehaviours, first match wins (kafka-semantics §2.6, measured against Kafka's classes). Each input
-#: class is narrow on purpose: a system's own bug that only shows in such a step is taken for Kafka's, but the same
-#: bug in any other run is still a failure.
+#: class is what Kafka's own arithmetic does on the step, so it is narrow: a system's own bug that only shows in such a
+#: step, and fails the way Kafka does there, is taken for Kafka's; any other failure is still a failure.
 FINDINGS = (
-    Finding("deadline-wraps", "now + delay_ms past Long.MAX_VALUE wraps negative in Kafka, so the task runs at once, "
-                              "or, with the clock at the end of time, fails to be placed (the model rejects it: "
-                              "delay_out_of_range)", deadline_beyond_long_max,
-            lambda observed, error: accepted(observed, error) or wheel_arithmetic_failed(observed, error)),
+    Finding("deadline-wraps", "now + delay_ms past Long.MAX_VALUE wraps negative, so the task runs (the op expires) "
+                              "at once, or, with the clock at the end of time, cannot be placed (the model rejects "
+                              "it: delay_out_of_range)",
+            lambda edge, command, expected: edge.wrapped_deadline, answers_or_fails_like_kafka),
+    Finding("far-deadline-runs-early", "a far deadline that does not wrap now + delay_ms still runs at once, up to "
+                                       "~10^18 ms early: an overflow level's interval wrapped, to a window that puts "
+                                       "the deadline in the past (or a bucket that is already due)",
+            lambda edge, command, expected: bool(edge.early), runs_early_like_kafka),
     Finding("interval-divides-by-zero", "an overflow level's interval wraps to 0 (even wheel sizes), so the next "
                                         "level divides by zero: ArithmeticException: / by zero",
-            places_past_long_max, raised("/ by zero", "ArithmeticException")),  # a hot JVM drops the message
-    Finding("interval-stack-overflow", "overflow levels whose interval wrapped are created without end (odd wheel "
-                                       "sizes): StackOverflowError", places_past_long_max, raised("StackOverflow")),
-    Finding("negative-bucket-index", "a wrapped interval gives a negative bucket index: "
+            lambda edge, command, expected: edge.failure == "divide-by-zero", fails_like_kafka),
+    Finding("negative-bucket-index", "a wrapped interval or tick gives a negative bucket index: "
                                      "ArrayIndexOutOfBoundsException",
-            places_past_long_max, raised("ArrayIndexOutOfBounds")),
-    Finding("reinsertion-livelock", "an entry whose level's window wrapped is re-inserted into the same bucket "
-                                    "forever: the reaper spins (a hang)", advances_past_long_max, hung),
-    Finding("wrapped-window-read-out", "the wheel read-out differs once a level's window (current time + "
-                                       "interval) wrapped", reads_past_long_max, anything),
+            lambda edge, command, expected: edge.failure == "index-out-of-bounds", fails_like_kafka),
+    Finding("odd-wheel-recursion", "the overflow intervals wrap without ever reaching 0 (odd wheel sizes), so the add "
+                                   "climbs to new overflow wheels without end: StackOverflowError, or minutes and "
+                                   "gigabytes of wheels (a hang)",
+            lambda edge, command, expected: edge.failure == "recursion", fails_like_kafka),
+    Finding("reinsertion-livelock", "an advance releases a bucket whose entry is re-inserted into that same bucket "
+                                    "(its level's window wrapped), so the flush never empties it: the reaper spins "
+                                    "(a hang)",
+            lambda edge, command, expected: edge.failure == "livelock", fails_like_kafka),
+    Finding("wrapped-window-read-out", "the wheel or delay-queue read-out differs once a level's tick or window "
+                                       "(current time + interval) wrapped",
+            lambda edge, command, expected: edge.read_out_differs, anything),
 )
 
+#: the findings whose outcome costs a time limit and a fresh system each time it is met: once known, a step in their
+#: input class is not sent (`conformance.check.machine`)
+COSTLY = frozenset({"odd-wheel-recursion", "reinsertion-livelock"})
 
-def recognise(model: Model, command: v.Command | None, expected: v.Observation | None,
+
+def recognise(edge: Edge | None, command: v.Command | None, expected: v.Observation | None,
               observed: v.Observation | None, error: Exception | None) -> Finding | None:
-    """The known misbehaviour a failing step is, if any: ``command`` is the step's command and ``expected`` the
-    model's observation of it (None for init), ``observed`` the system's (None when it failed to answer), ``error``
-    how it failed."""
+    """The known misbehaviour a failing step is, if any: ``edge`` is what Kafka's timer does on it (`KafkaShadow`;
+    None: what the model does), ``command`` the step's command and ``expected`` the model's observation of it (None
+    for init), ``observed`` the system's (None when it failed to answer), ``error`` how it failed."""
+    if edge is None or command is None:
+        return None
     return next((finding for finding in FINDINGS
-                 if finding.inputs(model, command, expected) and finding.outcome(observed, error)), None)
+                 if finding.inputs(edge, command, expected) and finding.outcome(edge, observed, error)), None)
+
+
+def foreseen(edge: Edge | None, command: v.Command, expected: v.Observation,
+             known: dict[Signature, int]) -> Finding | None:
+    """A known finding whose outcome is a hang (or worse) that this step is in the input class of: the step need not
+    be sent to know how it ends."""
+    if edge is None:
+        return None
+    return next((finding for finding in FINDINGS if finding.name in COSTLY and finding.signature in known
+                 and finding.inputs(edge, command, expected)), None)

@@ -21,8 +21,23 @@ interleaving happen.
                                   then skip a.
   ready_between_watch_tries       a becomes ready, and its key is checked, between watch's first tryComplete and
                                   its watching the key: the watch's second try must complete it (no lost wakeup).
+  ready_during_held_second_try    The watch's second tryComplete found a not ready and is held, holding a's lock; a
+                                  becomes ready and its key is checked meanwhile. Under a blocking op lock (2.7 on)
+                                  the check waits for the lock and completes a; under tryLock with the pending flag
+                                  (1.1 to 2.6) the check skips a, and the watch, seeing the flag, tries again and
+                                  completes it; under tryLock alone (0.11.0.2, 1.0.x) nobody does: a waits for its
+                                  timeout (no lost wakeup, KAFKA-6653).
   cancel_key_during_check         cancelForKey takes the key's list while a check walks it, and a new op is watched
                                   on the key: the check, emptying the old list, must not remove the new one.
+
+A schedule assumes where its calls wait: a call it only sends may meet a held lock, and the gate it then opens lets
+it go on. A system (a Kafka release) whose locks differ may not wait there (a tryLock that skips the op instead:
+nothing changes, the call returns early) or wait where the schedule expects no wait. A wait for a call (`Reach`,
+`Join`) therefore gives up after `STALL_S`, opens every gate still held and waits again: the history is still a
+history of the system, checked like any other, and the schedule reports that it did not go as written. Only a call
+that does not return with every gate open (``timeout`` after the last progress) is a hang, which the history shows
+and the check reports. A schedule that uses a command the system cannot execute (its hello's unsupported commands)
+is not played.
 """
 
 from __future__ import annotations
@@ -41,6 +56,9 @@ from kpurgatory.model import vocabulary as v
 
 #: how long a call that must meet a held lock is given to get there
 SETTLE_S = 0.05
+#: how long a call the schedule waits for may take before the schedule stops holding its gates: far longer than a
+#: call that waits for no gate takes
+STALL_S = 2.0
 PARAMS = v.Params(tick_ms=1, wheel_size=8, start_ms=0, purge_interval=1000)
 
 
@@ -86,6 +104,10 @@ class Schedule:
     actions: tuple[Action, ...]
     params: v.Params = PARAMS
 
+    @property
+    def commands(self) -> tuple[v.Command, ...]:
+        return tuple(action.command for action in self.actions if isinstance(action, Send))
+
     def as_plan(self) -> Plan:
         """The calls as a plan (one per round), for the drain."""
         return Plan(self.params, tuple(((action.thread, action.command),) for action in self.actions
@@ -129,20 +151,35 @@ SCHEDULES: tuple[Schedule, ...] = (
         Send("w1", CHECK), Settle(), *release("w0", CHECK), Join("w1"))),
     Schedule("ready_between_watch_tries", (
         *held("w0", A_LATER), *sent("w1", v.SetReady("a")), *sent("w1", CHECK), *release("w0", A_LATER))),
+    Schedule("ready_during_held_second_try", (
+        *held("w0", A_LATER, tries=2), *sent("w1", v.SetReady("a")), Send("w1", CHECK), Settle(),
+        *release("w0", A_LATER), Join("w1"))),
     Schedule("cancel_key_during_check", (
         *sent("w0", A_LATER), *sent("w0", v.SetReady("a")), *held("w0", CHECK), *sent("w1", v.CancelKey("k")),
         *sent("w1", v.Watch("c", ("k",), 100, None)), *release("w0", CHECK))),
 )
 
 
+@attrs.frozen
+class ScheduleRun:
+    """A schedule's history and, if it did not go as written, what happened instead (``deviation``)."""
+
+    history: Trace
+    deviation: str | None = None
+
+
 def run_schedule(system: SystemUnderTest, hello: Hello, driver: Driver, schedule: Schedule, *, timeout: float,
-                 settle_s: float = SETTLE_S) -> Trace:
+                 settle_s: float = SETTLE_S, stall_s: float = STALL_S) -> ScheduleRun:
     """Play ``schedule`` on a fresh run (init) of ``system`` through ``driver`` (which must support gates), drain
-    it and return the history. A call that has not returned ``timeout`` seconds after the last one is a hang: the
-    history keeps it with no return, undrained."""
+    it and return the history. A call the schedule waits for that takes longer than ``stall_s`` makes it open every
+    gate still held (a deviation, see the module docstring); one that has not returned ``timeout`` seconds after the
+    last call did is a hang: the history keeps it with no return, undrained."""
     system.init("purgatory", schedule.params)
     recorder = Recorder(driver)
     calls: dict[str, threading.Event] = {}
+    held: list[str] = []  # gates sent and not opened yet, in order
+    gated: dict[str, threading.Event] = {}  # gate -> set when the call carrying it returned
+    deviations: list[str] = []
 
     def call(action: Send, finished: threading.Event) -> None:
         try:
@@ -151,20 +188,65 @@ def run_schedule(system: SystemUnderTest, hello: Hello, driver: Driver, schedule
         finally:
             finished.set()
 
-    for action in schedule.actions:
-        if recorder.stopped.is_set():
-            break
-        if isinstance(action, Send):
-            calls[action.thread] = threading.Event()
-            threading.Thread(target=call, args=(action, calls[action.thread]), daemon=True).start()
-        elif isinstance(action, Reach):
-            driver.await_gate(action.gate)
-        elif isinstance(action, Settle):
-            time.sleep(settle_s)
-        elif isinstance(action, Open):
-            driver.open_gate(action.gate)
-        elif not settled([calls[action.thread]], recorder, timeout):
-            recorder.stopped.set()
+    def reach(gate: str) -> threading.Event:
+        """Set once the call carrying ``gate`` waits at it or finished (asked on a thread of its own, so the
+        schedule can give up waiting)."""
+        reached = threading.Event()
+
+        def ask() -> None:
+            with contextlib.suppress(Exception):  # a failed system shows in its calls
+                driver.await_gate(gate)
+            reached.set()
+
+        threading.Thread(target=ask, daemon=True).start()
+        return reached
+
+    def open_gate(gate: str) -> None:
+        held.remove(gate)
+        with contextlib.suppress(Exception):  # a failed system shows in its calls
+            driver.open_gate(gate)
+
+    def wait(done: threading.Event, what: str, keep: str | None = None) -> bool:
+        """Wait for ``done``; past ``stall_s``, open the gates held but ``keep`` and wait on, while calls return."""
+        if any(gate != keep for gate in held) and not done.wait(stall_s):
+            released = [gate for gate in held if gate != keep]
+            deviations.append(f"{what} took over {stall_s:g} s while gate{'s' * (len(released) > 1)} "
+                              f"{', '.join(released)} held {'their calls' if len(released) > 1 else 'its call'}: "
+                              f"opened early")
+            for gate in released:
+                open_gate(gate)
+            recorder.progressed = time.monotonic()  # the wait for it starts again, with the gates open
+        return settled([done], recorder, timeout)
+
+    try:
+        for action in schedule.actions:
+            if recorder.stopped.is_set():
+                break
+            if isinstance(action, Send):
+                calls[action.thread] = threading.Event()
+                if action.gate is not None:
+                    held.append(action.gate.id)
+                    gated[action.gate.id] = calls[action.thread]
+                threading.Thread(target=call, args=(action, calls[action.thread]), daemon=True).start()
+            elif isinstance(action, Reach):
+                if not wait(reach(action.gate), f"reaching gate {action.gate}", keep=action.gate):
+                    recorder.stopped.set()
+            elif isinstance(action, Settle):
+                time.sleep(settle_s)
+            elif isinstance(action, Open):
+                if action.gate in held:
+                    open_gate(action.gate)
+            elif not wait(calls[action.thread], f"the call of {action.thread}"):
+                recorder.stopped.set()
+    finally:
+        let_go = [gated[gate] for gate in held]
+        for gate in list(held):  # a schedule cut short lets its held calls go, and they return
+            open_gate(gate)
+        settled(let_go, recorder, timeout)
     if not recorder.stopped.is_set():
         drain(recorder, schedule.as_plan(), hello, timeout)
-    return recorder.history(f"schedule-{schedule.name}", schedule.params)
+    deviation = "; ".join(deviations) or None
+    history = recorder.history(f"schedule-{schedule.name}", schedule.params)
+    description = f"race schedule {schedule.name}" + (f", not as written: {deviation}" if deviation else "")
+    return ScheduleRun(attrs.evolve(history, header=attrs.evolve(history.header, description=description)),
+                       deviation)

@@ -39,6 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kpurgatory.conformance.adapters import BUILTIN, one_target, system_factory
+from kpurgatory.conformance.adapters.kafka import with_kafka_option
 from kpurgatory.conformance.adapters.subprocess import AdapterError, SubprocessSystem
 from kpurgatory.conformance.adapters.timed import TimedSystem
 from kpurgatory.conformance.check.compare import LEVELS
@@ -379,7 +380,8 @@ def target_flags(impl: str | None, adapter: str | None, level: str) -> str:
     return flags + (f" --level {level}" if level != "exact" else "")
 
 
-def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads) -> None:
+def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads, max_failures,
+                 fail_on_findings) -> None:
     """``kpurgatory check --threads N``: refuse what the concurrent check cannot do, then run it and exit."""
     if profile == "timer" or junit:
         raise click.UsageError("--threads checks the purgatory profile and writes no JUnit report: drop "
@@ -399,8 +401,8 @@ def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, ju
     seed = random.randrange(2**32) if seed is None else seed
     rerun = (f"kpurgatory check {target_flags(impl, adapter, 'exact')} --threads {threads} --examples {examples} "
              f"--steps {steps} --seed {seed}")
-    sys.exit(0 if check_concurrently(factory, threads=threads, runs=examples, steps=steps, seed=seed,
-                                     timeout=timeout, out=out, rerun=rerun) else 1)
+    sys.exit(check_concurrently(factory, threads=threads, runs=examples, steps=steps, seed=seed, timeout=timeout,
+                                out=out, rerun=rerun, max_failures=max_failures, fail_on_findings=fail_on_findings))
 
 
 def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
@@ -442,6 +444,7 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
 
 
 @click.command("check")
+@with_kafka_option
 @with_target_options
 @click.option("--profile", type=click.Choice(v.PROFILES), help="Check one profile [default: every profile the "
                                                                 "implementation declares in its hello].")
@@ -460,13 +463,16 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
 @click.option("--max-failures", type=click.IntRange(1), default=DEFAULT_MAX_FAILURES, show_default=True,
               help="Distinct failures to shrink and report per profile before the check stops exploring. Failures "
                    "are told apart by signature: the property broken, or the command and field that differ, or how "
-                   "the system failed to answer (raised, crashed, hung, broke the protocol) and in which command.")
+                   "the system failed to answer (raised, crashed, hung, broke the protocol) and in which command; "
+                   "with --threads, the property broken and the commands of the calls that broke it.")
 @click.option("--fail-on-findings/--findings-pass", default=False, show_default=True,
               help="Whether Kafka findings fail the check. A finding is the system doing what Kafka's own timer "
                    "wrongly does at the edge of the domain: now + delay past Long.MAX_VALUE wraps and the task runs "
-                   "at once; an overflow level's interval wraps: / by zero, stack overflow, negative bucket index, "
-                   "re-insertion livelock. By default each is reported apart with its shrunk trace, and the check "
-                   "goes on and passes without them.")
+                   "at once; an overflow level's interval wraps: a far deadline runs early, / by zero, a negative "
+                   "bucket index, overflow wheels without end (stack overflow or a hang), a re-insertion livelock; "
+                   "with --threads, a race the declared Kafka release shipped. By default each is reported apart "
+                   "with its shrunk trace and the releases that have it, and the check goes on and passes without "
+                   "them.")
 def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads, max_failures,
                   fail_on_findings):
     """Check an implementation against the model with generated runs (the built-in one by default).
@@ -488,7 +494,8 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
     one_target(impl, adapter)  # before the default --impl applies
     impl = None if adapter else impl or BUILTIN
     if threads > 1:
-        concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads)
+        concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads, max_failures,
+                     fail_on_findings)
     factory = system_factory(impl, adapter, timeout)
     seed = random.randrange(2**32) if seed is None else seed
     started = time.monotonic()

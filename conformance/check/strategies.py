@@ -114,11 +114,20 @@ def advance_to(now: int, p: v.Params) -> st.SearchStrategy[v.Advance]:
     return to_ms.map(lambda time_ms: v.Advance(min(time_ms, v.LONG_MAX)))
 
 
+def allowed(kinds: list[str], names: dict[str, str], unsupported: frozenset[str]) -> list[str]:
+    """``kinds`` without those whose command (``names``: kind -> command name, where they differ) is unsupported."""
+    return [kind for kind in kinds if names.get(kind, kind) not in unsupported]
+
+
 @st.composite
-def timer_commands(draw, p: v.Params, max_steps: int = 40) -> list[v.Command]:
+def timer_commands(draw, p: v.Params, max_steps: int = 40, unsupported: frozenset[str] = frozenset()
+                   ) -> list[v.Command]:
+    """A timer run that sends none of the ``unsupported`` commands."""
     now, task_delays, commands = p.start_ms, {}, []
+    kinds = allowed(["add", "add", "add", "cancel", "advance", "advance", "size", "wheel"],
+                    {"add": "timer_add", "cancel": "timer_cancel"}, unsupported)
     for _ in range(draw(st.integers(1, max_steps))):
-        kind = draw(st.sampled_from(["add", "add", "add", "cancel", "advance", "advance", "size", "wheel"]))
+        kind = draw(st.sampled_from(kinds))
         if kind == "add":
             task = draw(st.sampled_from(TASK_IDS))
             delay = task_delays.setdefault(task, draw(delays(p, now)))
@@ -133,7 +142,7 @@ def timer_commands(draw, p: v.Params, max_steps: int = 40) -> list[v.Command]:
             commands.append(v.Size())
         elif kind == "wheel":
             commands.append(v.Wheel())
-    if draw(st.booleans()):
+    if "shutdown" not in unsupported and draw(st.booleans()):
         commands.append(v.Shutdown())
     return commands
 
@@ -150,12 +159,15 @@ def watch_commands(draw, p: v.Params, known: dict[str, int], now: int) -> v.Watc
 
 
 @st.composite
-def purgatory_commands(draw, p: v.Params, max_steps: int = 40) -> list[v.Command]:
+def purgatory_commands(draw, p: v.Params, max_steps: int = 40, unsupported: frozenset[str] = frozenset()
+                       ) -> list[v.Command]:
+    """A purgatory run that sends none of the ``unsupported`` commands."""
     now, known, commands = p.start_ms, {}, []
+    kinds = allowed(["watch", "watch", "watch", "ready", "ready", "check", "check", "cancel_key", "force", "try",
+                     "cancel", "advance", "advance", "watched", "delayed", "size", "wheel"], {"ready": "set_ready"},
+                    unsupported)
     for _ in range(draw(st.integers(1, max_steps))):
-        kind = draw(st.sampled_from(["watch", "watch", "watch", "ready", "ready", "check", "check", "cancel_key",
-                                     "force", "try", "cancel", "advance", "advance", "watched", "delayed", "size",
-                                     "wheel"]))
+        kind = draw(st.sampled_from(kinds))
         if kind == "watch":
             commands.append(draw(watch_commands(p, known, now)))
         elif kind == "ready" and known:
@@ -172,15 +184,17 @@ def purgatory_commands(draw, p: v.Params, max_steps: int = 40) -> list[v.Command
             commands.append(command)
         elif kind in ("watched", "delayed", "size", "wheel"):
             commands.append({"watched": v.Watched, "delayed": v.Delayed, "size": v.Size, "wheel": v.Wheel}[kind]())
-    if draw(st.booleans()):
+    if "shutdown" not in unsupported and draw(st.booleans()):
         commands.append(v.Shutdown())
     return commands
 
 
 @st.composite
-def runs(draw, profile: str | None = None) -> tuple[str, v.Params, list[v.Command]]:
-    """(profile, params, commands): a whole run."""
+def runs(draw, profile: str | None = None, unsupported: frozenset[str] = frozenset()
+         ) -> tuple[str, v.Params, list[v.Command]]:
+    """(profile, params, commands): a whole run, without the ``unsupported`` commands."""
     profile = profile or draw(st.sampled_from(v.PROFILES))
     p = draw(params(profile))
-    commands = draw(timer_commands(p) if profile == "timer" else purgatory_commands(p))
+    commands = draw(timer_commands(p, unsupported=unsupported) if profile == "timer" else
+                    purgatory_commands(p, unsupported=unsupported))
     return profile, p, commands

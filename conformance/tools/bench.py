@@ -29,6 +29,13 @@ The advance-cost table answers "does an advance cost more when more is pending?"
 over a background of 10 000 or 100 000 long tasks (delays in [10^6, 2*10^6], never due in the window), and the mean
 CPU time of one advance is reported.
 
+With ``--kafka VERSION`` the same plans also run through that Kafka release's own classes (TimingWheel and
+TimerTaskList under a virtual-clock timer built like SystemTimer; DelayedOperationPurgatory for P1) in a JVM beside
+this process (conformance/examples/kafka/bench): the plan is written once as a file both sides read, the JVM replays it
+``--kafka-warmup`` times untimed (the JIT's warm-up), then once per round after the others. It times itself (CPU time
+of its replaying thread plus the serial collector's pauses) and measures bytes per pending item from its heap after
+full collections, at the same peak as the tracemalloc pass. The row is ``kafka VERSION (JVM)``.
+
 Times are CPU seconds of the benchmark process (``time.process_time``), so the load of other processes on a shared
 machine stays out of the comparison as far as possible; every implementation runs in the same process, one after the
 other, with the same plan, and ``--rounds`` interleaves them (round 1 runs each once, then round 2, ...) and shows
@@ -38,23 +45,32 @@ hot spots of kpurgatory.impl's implementations.
 
 from __future__ import annotations
 
+import contextlib
 import cProfile
 import functools
 import gc
 import io
+import itertools
+import json
 import os
 import pstats
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 import tracemalloc
-from typing import Callable
+from array import array
+from pathlib import Path
+from typing import IO, Callable
 
 import attrs
 import click
 from rich.console import Console
 from rich.table import Table
 
+from kpurgatory.conformance.adapters import kafka
 from kpurgatory.conformance.tools.baselines import AsyncioTimer, BaselineTask, HeapqTimer, SimpleOperation, SimplePurgatory
 from kpurgatory.impl import IMPLEMENTATIONS as IMPL_NAMES
 from kpurgatory.impl import implementation
@@ -64,7 +80,7 @@ from kpurgatory.model.purgatory import DelayedOperationPurgatory as ModelPurgato
 from kpurgatory.model.purgatory import Journal
 from kpurgatory.model.timer import SystemTimer as ModelTimer
 from kpurgatory.model.timer import TimerTask as ModelTask
-from kpurgatory.conformance.terminal import command_console
+from kpurgatory.conformance.terminal import command_console, markup, safe
 
 IMPLEMENTATIONS = (*IMPL_NAMES, "model", "heapq", "asyncio")
 WORKLOADS = ("T1", "T2", "P1")
@@ -315,16 +331,22 @@ def replay_timer(plan: TimerPlan, make_rig: Callable, probe_traced: bool | None 
         if probe is not None:
             probe()
     seconds = time.process_time() - started
-    outcome = Outcome(ops=len(delays) + plan.cancel_count + fired[0], seconds=seconds)
-    if rig.size() != 0:
-        outcome.failures.append(f"{rig.size()} tasks still pending at the end")
-    if fired[0] != len(delays) - plan.cancel_count:
-        outcome.failures.append(f"{fired[0]} fired, expected {len(delays) - plan.cancel_count}")
-    if fired[1]:
-        outcome.failures.append(f"{fired[1]} tasks fired before or after their expiration")
+    outcome = timer_outcome(plan, fired[0], fired[1], rig.size(), seconds)
     if probe is not None:
         outcome.bytes_per_pending = probe.bytes_at_max / max(1, probe.max_pending)
     rig.close()
+    return outcome
+
+
+def timer_outcome(plan: TimerPlan, fired: int, fired_at_wrong_time: int, pending: int, seconds: float) -> Outcome:
+    """A timer replay's ops and what it got wrong, from its counts at the end."""
+    outcome = Outcome(ops=len(plan.delays) + plan.cancel_count + fired, seconds=seconds)
+    if pending != 0:
+        outcome.failures.append(f"{pending} tasks still pending at the end")
+    if fired != len(plan.delays) - plan.cancel_count:
+        outcome.failures.append(f"{fired} fired, expected {len(plan.delays) - plan.cancel_count}")
+    if fired_at_wrong_time:
+        outcome.failures.append(f"{fired_at_wrong_time} tasks fired before or after their expiration")
     return outcome
 
 
@@ -387,17 +409,24 @@ def replay_purgatory(plan: PurgatoryPlan, make_rig: Callable, probe_traced: bool
             if t <= arrival_ms:  # watched() only grows with arrivals
                 max_watched = max(max_watched, rig.watched())
     seconds = time.process_time() - started
-    outcome = Outcome(ops=counts[0], seconds=seconds, notes=f"{purges} purges")
-    expected_expired = len(keys) - sum(map(len, readies))
-    if counts != [len(keys), expected_expired]:
-        outcome.failures.append(f"{counts[0]} completions ({counts[1]} by expiry), expected {len(keys)} "
-                                f"({expected_expired})")
-    if rig.size() != 0:
-        outcome.failures.append(f"{rig.size()} operations still delayed at the end")
+    outcome = purgatory_outcome(plan, counts[0], counts[1], purges, rig.size(), seconds)
     if probe is not None:
         outcome.bytes_per_pending = probe.bytes_at_max / max(1, probe.max_pending)
         outcome.notes = f"max watched {max_watched}"
     rig.close()
+    return outcome
+
+
+def purgatory_outcome(plan: PurgatoryPlan, completed: int, expired: int, purges: int, pending: int,
+                      seconds: float) -> Outcome:
+    """A purgatory replay's ops and what it got wrong, from its counts at the end."""
+    outcome = Outcome(ops=completed, seconds=seconds, notes=f"{purges} purges")
+    expected_expired = len(plan.keys) - sum(map(len, plan.readies))
+    if (completed, expired) != (len(plan.keys), expected_expired):
+        outcome.failures.append(f"{completed} completions ({expired} by expiry), expected {len(plan.keys)} "
+                                f"({expected_expired})")
+    if pending != 0:
+        outcome.failures.append(f"{pending} operations still delayed at the end")
     return outcome
 
 
@@ -442,6 +471,149 @@ def measure_advance_cost(make_rig: Callable, background: int, window_ms: int, se
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# A Kafka release's own classes, in a JVM
+# ---------------------------------------------------------------------------------------------------------------
+
+KAFKA_DRIVER = Path(__file__).parents[1] / "examples" / "kafka" / "bench" / "run.sh"
+#: the API eras (conformance/adapters/kafka.py's names) the driver has sources for: those with the Java timer
+KAFKA_ERAS = ("java-purgatory", "scala-purgatory-java-timer")
+#: replays of the plan a Kafka driver runs, untimed, before its first timed round
+KAFKA_WARMUP = 10
+
+
+def kafka_release(version: str) -> kafka.KafkaRelease:
+    """The release's era and classpath; a release the driver has no sources for is refused before Maven runs."""
+    kafka.check_version(version)
+    if kafka.era_of(version) not in KAFKA_ERAS:
+        raise click.UsageError(f"bench --kafka drives the releases with Kafka's Java timer (3.6.0 on); {version}'s "
+                               "timer is the Scala one")
+    return kafka.resolve(version)
+
+
+def per_ms_lists(lists: list[list], end_ms: int) -> tuple[array, list]:
+    """A list per ms (of the ms a replay runs) as the driver reads it: ``end_ms + 1`` offsets, and the items."""
+    lists = lists[:end_ms]
+    return array("i", [0, *itertools.accumulate(map(len, lists))]), [item for items in lists for item in items]
+
+
+def write_plan(plan: TimerPlan | PurgatoryPlan, path: Path) -> None:
+    """``plan`` as little-endian 32-bit integers, in the layout conformance/examples/kafka/bench's Plan.java reads."""
+    if isinstance(plan, TimerPlan):
+        ints = array("i", [1, TICK_MS, WHEEL_SIZE, plan.arrival_ms, plan.arrivals_per_ms, plan.end_ms,
+                           len(plan.delays), *plan.delays])
+        offsets, cancels = per_ms_lists(plan.cancels, plan.end_ms)
+        ints += offsets
+        ints.extend(cancels)
+    else:
+        key_ids = {key: i for i, key in enumerate(dict.fromkeys(key for keys in plan.keys for key in keys))}
+        ints = array("i", [2, TICK_MS, WHEEL_SIZE, plan.arrival_ms, plan.per_ms, plan.end_ms, PURGE_INTERVAL,
+                           P1_DELAY_MS, len(key_ids), len(plan.keys), len(plan.keys[0])])
+        ints.extend(key_ids[key] for keys in plan.keys for key in keys)
+        offsets, readies = per_ms_lists(plan.readies, plan.end_ms)
+        ints += offsets
+        ints.extend(value for index, key in readies for value in (index, key_ids[key]))
+    if sys.byteorder != "little":
+        ints.byteswap()
+    path.write_bytes(ints.tobytes())
+
+
+class KafkaDriverBroke(click.ClickException):
+    """The JVM driver could not be built or started, or a call into Kafka threw: no figure, exit 3."""
+
+    exit_code = 3
+
+
+class KafkaDriver:
+    """A Kafka release's classes replaying one plan in a JVM (conformance/examples/kafka/bench, started through its
+    run.sh): the plan is written once and loaded, then every `run` is one replay on a fresh timer or purgatory, timed
+    by the JVM itself (CPU time of the replaying thread plus the serial collector's pauses). The memory pass runs in a
+    JVM of its own: its probes take paths through the replay loop that a timed replay never takes, and taking them in
+    the timed JVM would throw away the loop the JIT compiled for the timed replays."""
+
+    def __init__(self, era: str, classpath: str, plan: TimerPlan | PurgatoryPlan, directory: Path):
+        self.plan, self.era, self.classpath, self.directory = plan, era, classpath, directory
+        write_plan(plan, directory / "plan.bin")
+        self.memory: dict | None = None
+        self.process, self.stderr, load = self.start()
+        self.jvm = load["jvm"]
+
+    def start(self) -> tuple[subprocess.Popen, IO[bytes], dict]:
+        """A JVM with the plan loaded, its stderr (javac's errors, Kafka's stack traces: shown if it breaks), and what
+        the load answered."""
+        stderr = tempfile.TemporaryFile(dir=self.directory)
+        process = subprocess.Popen([str(KAFKA_DRIVER), "--era", self.era, self.classpath], stdin=subprocess.PIPE,
+                                   stdout=subprocess.PIPE, stderr=stderr, text=True)
+        try:
+            return process, stderr, self.request(f"load {self.directory / 'plan.bin'}", process, stderr)
+        except BaseException:
+            self.stop(process, stderr)
+            raise
+
+    def request(self, command: str, process: subprocess.Popen | None = None, stderr: IO[bytes] | None = None) -> dict:
+        """``command``'s answer from the timed JVM (or ``process``)."""
+        process, stderr = process or self.process, stderr or self.stderr
+        try:
+            process.stdin.write(command + "\n")
+            process.stdin.flush()
+        except BrokenPipeError:
+            pass  # it exited: the read below says so, with its stderr
+        line = process.stdout.readline()
+        if not line:
+            stderr.seek(0)
+            tail = stderr.read().decode(errors="replace")[-2000:]
+            raise KafkaDriverBroke(safe(f"the Kafka bench driver exited ({process.wait()}) on '{command}': "
+                                        f"{tail.strip()}"))
+        answer = json.loads(line)
+        if "error" in answer:
+            raise KafkaDriverBroke(safe(f"the Kafka bench driver failed on '{command}': {answer['error']}"))
+        return answer
+
+    def run(self) -> Outcome:
+        answer = self.request("run")
+        seconds = (answer["cpu_ns"] + answer["gc_ns"]) / 1e9
+        if isinstance(self.plan, TimerPlan):
+            outcome = timer_outcome(self.plan, answer["fired"], answer["fired_at_wrong_time"], answer["pending"],
+                                    seconds)
+        else:
+            outcome = purgatory_outcome(self.plan, answer["completed"], answer["expired"], answer["purges"],
+                                        answer["pending"], seconds)
+        gc_note = f"gc {answer['gc_ns'] / 1e6:.0f} ms" if answer["gc_ns"] else "no gc"
+        outcome.notes = ", ".join(filter(None, [outcome.notes, f"{answer['allocated_bytes'] / outcome.ops:,.0f} B "
+                                                f"allocated/op, {gc_note}"]))
+        return outcome
+
+    def warm_up(self, replays: int, memory: bool) -> None:
+        """``replays`` untimed replays, and the memory pass (in a JVM of its own) if asked for."""
+        for _ in range(replays):
+            self.run()
+        if memory:
+            process, stderr, _ = self.start()
+            try:
+                self.memory = self.request("memory", process, stderr)
+            finally:
+                self.stop(process, stderr)
+
+    def measure(self, first: bool) -> Outcome:
+        """One timed replay; the first also carries the memory pass's figures."""
+        outcome = self.run()
+        if first and self.memory:
+            outcome.bytes_per_pending = self.memory["bytes"] / max(1, self.memory["max_pending"])
+            if isinstance(self.plan, PurgatoryPlan):
+                outcome.notes = f"{outcome.notes}, max watched {self.memory['max_watched']}"
+        return outcome
+
+    @staticmethod
+    def stop(process: subprocess.Popen, stderr: IO[bytes]) -> None:
+        with contextlib.suppress(BrokenPipeError):  # it may have exited already
+            process.stdin.close()
+        process.wait()
+        stderr.close()
+
+    def close(self) -> None:
+        self.stop(self.process, self.stderr)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # The command
 # ---------------------------------------------------------------------------------------------------------------
 
@@ -476,28 +648,50 @@ def profile_impl(name: str, workload: str, plan: object, console: Console) -> No
               help="Timed rounds; each round replays every implementation once (interleaved); the median is shown.")
 @click.option("--profile", is_flag=True,
               help="Also print where kpurgatory.impl's implementations spend their time (cProfile) per workload.")
+@click.option("--kafka", "kafka_version", metavar="VERSION",
+              help="Also replay every plan through this Kafka release's own classes, in a JVM (needs mvn and a JDK).")
+@click.option("--kafka-warmup", type=click.IntRange(0), default=KAFKA_WARMUP, show_default=True,
+              help="Untimed replays of each plan in the JVM before its first timed round (the JIT's warm-up).")
 def bench_command(scale: float, seed: int, workloads: tuple[str, ...], implementations: tuple[str, ...],
-                  memory: bool, advance_cost: bool, rounds: int, profile: bool) -> None:
+                  memory: bool, advance_cost: bool, rounds: int, profile: bool, kafka_version: str | None,
+                  kafka_warmup: int) -> None:
     """Benchmark kpurgatory.impl (compiled and pure Python) against the model, a heapq timer and asyncio's timers
-    (T1, T2, P1): ops/s, the ratio to heapq and the CPU time per op, median of interleaved rounds."""
+    (T1, T2, P1), and with --kafka against a Kafka release's own classes: ops/s, the ratio to heapq and the CPU time
+    per op, median of interleaved rounds."""
     console = command_console()
     if not console.is_terminal:  # logs and CI: wide enough that rows do not wrap
         console.width = 160
     workloads = workloads or WORKLOADS
     implementations = implementations or IMPLEMENTATIONS
+    release = kafka_release(kafka_version) if kafka_version else None
+    kafka_name = f"kafka {release.version} (JVM)" if release else ""
+    jvm = ""
     plans = {"T1": plan_t1, "T2": plan_t2, "P1": plan_p1}
     results: dict[tuple[str, str], Outcome] = {}
     for workload in workloads:
         plan = plans[workload](random.Random(seed), scale)
         replay, rigs = (replay_purgatory, PURGATORY_RIGS) if workload == "P1" else (replay_timer, TIMER_RIGS)
         timings: dict[str, list[float]] = {name: [] for name in implementations}
-        for round_number in range(rounds):
-            for name in implementations:
-                outcome = measure(replay, plan, rigs[name], memory and round_number == 0)
-                timings[name].append(outcome.seconds)
-                results.setdefault((workload, name), outcome)
-        for name in implementations:
-            results[workload, name].seconds = statistics.median(timings[name])
+        with contextlib.ExitStack() as stack:
+            driver = None
+            if release:
+                directory = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="kpurgatory-bench-")))
+                driver = KafkaDriver(release.era, release.classpath, plan, directory)
+                stack.callback(driver.close)
+                jvm = driver.jvm
+                driver.warm_up(kafka_warmup, memory)
+                timings[kafka_name] = []
+            for round_number in range(rounds):
+                for name in implementations:
+                    outcome = measure(replay, plan, rigs[name], memory and round_number == 0)
+                    timings[name].append(outcome.seconds)
+                    results.setdefault((workload, name), outcome)
+                if driver:
+                    outcome = driver.measure(round_number == 0)
+                    timings[kafka_name].append(outcome.seconds)
+                    results.setdefault((workload, kafka_name), outcome)
+        for name, seconds in timings.items():
+            results[workload, name].seconds = statistics.median(seconds)
         if profile:
             for name in IMPL_NAMES:
                 if name in implementations:
@@ -507,18 +701,28 @@ def bench_command(scale: float, seed: int, workloads: tuple[str, ...], implement
                         f"interleaved rounds, load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
     for column, justify in (("workload", "left"), ("implementation", "left"), ("ops", "right"),
                             ("cpu s", "right"), ("ops/s", "right"), ("ns/op", "right"), ("vs heapq", "right"),
-                            ("bytes/pending", "right"), ("notes", "left")):
+                            ("vs compiled", "right"), ("bytes/pending", "right"), ("notes", "left")):
         table.add_column(column, justify=justify)
+
+    def ratio(outcome: Outcome, workload: str, base: str) -> str:
+        other = results.get((workload, base))
+        return f"{(outcome.ops / outcome.seconds) / (other.ops / other.seconds):.2f}x" if other else "-"
+
     for (workload, name), outcome in results.items():
-        heapq_outcome = results.get((workload, "heapq"))
-        rate = outcome.ops / outcome.seconds
-        ratio = f"{rate / (heapq_outcome.ops / heapq_outcome.seconds):.2f}x" if heapq_outcome else "-"
         per_item = f"{outcome.bytes_per_pending:,.0f}" if outcome.bytes_per_pending is not None else "-"
-        notes = "; ".join([outcome.notes] + [f"[red]FAIL: {failure}[/red]" for failure in outcome.failures])
-        table.add_row(workload, name, f"{outcome.ops:,}", f"{outcome.seconds:.3f}", f"{rate:,.0f}",
-                      f"{outcome.seconds / outcome.ops * 1e9:,.0f}", ratio,
-                      per_item, notes.strip("; "))
+        notes = "; ".join([markup(outcome.notes)] + [f"[red]FAIL: {markup(failure)}[/red]"
+                                                     for failure in outcome.failures])
+        table.add_row(workload, name, f"{outcome.ops:,}", f"{outcome.seconds:.3f}",
+                      f"{outcome.ops / outcome.seconds:,.0f}", f"{outcome.seconds / outcome.ops * 1e9:,.0f}",
+                      ratio(outcome, workload, "heapq"),
+                      ratio(outcome, workload, "compiled"), per_item, notes.strip("; "))
     console.print(table)
+    if release:
+        console.print(f"{kafka_name}: Kafka's own classes ({release.era} era) on {markup(jvm)}; each plan replayed "
+                      f"{kafka_warmup} times untimed first (the JIT's warm-up), then once per round after the others; "
+                      "ns/op is the replaying thread's CPU time plus the collector's pauses, bytes/pending the heap "
+                      "after full collections at the pending peak less the heap before the replay. Not in the "
+                      "per-advance table.")
 
     if advance_cost:
         cost_table = Table(title="T1 per-advance cost (mean of one 1 ms advance over a churn window)")

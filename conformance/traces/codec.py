@@ -420,7 +420,8 @@ def params_to_json(params: v.Params) -> dict:
 
 
 def declarations_to_json(declarations: Declarations) -> dict:
-    return attrs.asdict(declarations)
+    """Every field, but a Kafka release only when one is declared (none means current Kafka)."""
+    return attrs.asdict(declarations, filter=lambda field, value: field.name != "kafka_version" or value is not None)
 
 
 def declarations_from_json(document: dict) -> Declarations:
@@ -572,7 +573,7 @@ def read_traces(path: str | Path) -> list[Trace]:
 
 def model_trace(header: Header, commands: Iterable[v.Command]) -> Trace:
     """The trace the model produces for ``commands``: a test vector any implementation can be replayed against."""
-    model = Model(header.profile, header.params)
+    model = Model(header.profile, header.params, header.declarations.release)
     steps = []
     for seq, command in enumerate(commands, start=1):
         try:

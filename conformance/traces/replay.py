@@ -14,6 +14,7 @@ system (``--impl``/``--adapter``), the live answers are judged instead, so a fix
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import functools
 import gc
@@ -27,7 +28,11 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from kpurgatory.conformance.check import findings
 from kpurgatory.conformance.check.compare import LEVELS, Difference, describe_events, exact_difference
+from kpurgatory.conformance.check.findings import Finding
+from kpurgatory.conformance.adapters.kafka import with_kafka_option
+from kpurgatory.conformance.adapters.subprocess import AdapterFailed
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
 from kpurgatory.conformance.terminal import command_console, markup, safe
 from kpurgatory.conformance.traces.codec import (MODEL, Trace, TraceFormatError, collector_paused, command_to_json,
@@ -35,6 +40,7 @@ from kpurgatory.conformance.traces.codec import (MODEL, Trace, TraceFormatError,
 from kpurgatory.model import CommandError, Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import KAFKA, ContractMonitor, Declarations, Violation
+from kpurgatory.model.releases import RULES, Release
 
 #: who made an observation that failed: the trace's recording, or the system under test
 RECORDING, SYSTEM = "recording", "system"
@@ -69,11 +75,22 @@ class ReplayReport:
     outcomes: tuple[StepOutcome, ...]
     error: str | None = None  # the system failed (crash, hang, protocol violation) or the trace is malformed
     broken: bool = False  # the error is the system's failure to answer, not the trace's
+    #: why the system differs, when the Kafka release it declares answers the failing step as it did
+    explanation: str | None = None
+    #: the release rules (tickets) that explanation names: the trace pins a release on their other side
+    other_side_of: tuple[str, ...] = ()
+    #: why the trace was not replayed on the system: it uses commands the system cannot execute
+    skipped: str | None = None
+    #: how the system failed to answer (a `findings.Signature` kind: hung, raised, adapter crashed, ...)
+    failed_as: str | None = None
+    #: the Kafka misbehaviour the system's failure is, if it is one (`findings.FINDINGS`)
+    finding: Finding | None = None
 
     @property
     def exit_code(self) -> int:
-        """This replay's exit code (0 pass, 1 the implementation failed, 2 bad input, 3 the system broke)."""
-        return 3 if self.broken else 2 if self.error is not None else 0 if self.ok else 1
+        """This replay's exit code (0 pass, 1 the implementation failed, 2 bad input or a trace the system cannot
+        run, 3 the system broke)."""
+        return 3 if self.broken else 2 if self.error is not None or self.skipped else 0 if self.ok else 1
 
     @property
     def ok(self) -> bool:
@@ -90,8 +107,10 @@ class StepChecker:
 
     def __init__(self, who: str, trace: Trace, level: str, declarations: Declarations = KAFKA):
         self.who, self.level = who, level
+        # the exact level holds the system to Kafka's promises, of the release it follows
         self.monitor = ContractMonitor(trace.header.profile, trace.header.params,
-                                       declarations if level == "contract" else KAFKA)
+                                       declarations if level == "contract" else
+                                       Declarations(kafka_version=declarations.kafka_version))
 
     def check(self, command: v.Command, model: v.Observation, observed: v.Observation) -> list[Failure]:
         failures = [Failure(self.who, violation) for violation in self.monitor.observe(command, observed)]
@@ -125,40 +144,75 @@ def read_for_command(paths, *, concurrent: bool) -> dict[Path, list[Trace]]:
 
 def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "exact", *,
            check_recording: bool = True, features: tuple[str, ...] = v.OPTIONAL,
-           declarations: Declarations | None = None) -> ReplayReport:
-    """Replay ``trace``; see the module docstring. ``features`` are the optional commands ``system`` supports and
-    ``declarations`` what it promises (by default, what the trace's header records). A recording is judged by its
-    header's declarations, except the model's own observations (a test vector), which are Kafka's."""
+           declarations: Declarations | None = None, unsupported: frozenset[str] = frozenset()) -> ReplayReport:
+    """Replay ``trace``; see the module docstring. ``features`` are the optional commands ``system`` supports,
+    ``declarations`` what it promises (by default, what the trace's header records) and ``unsupported`` the
+    commands it cannot execute: a trace using one is not replayed (``skipped``). A recording is judged by its
+    header's declarations, except the model's own observations (a test vector), which are Kafka's. A system that
+    fails to answer is reported with how (``failed_as``), and a failure that is one of Kafka's known misbehaviours
+    with it (``finding``)."""
     if level not in LEVELS:
         raise ValueError(f"level must be one of {LEVELS}, got {level!r}")
     header = trace.header
     if header.threads is not None:
         return ReplayReport(trace, "model" if system is None else "system", level, (), CONCURRENT_HISTORY)
-    model = Model(header.profile, header.params)
+    declared = header.declarations if declarations is None else declarations
+    if system is not None and (lacking := sorted({step.command.name for step in trace.steps} & unsupported)):
+        why = (f"{declared.release} has no such call" if set(lacking) <= declared.release.missing_commands
+               else "unsupported by the adapter")
+        return ReplayReport(trace, "system", level, (), skipped=f"uses {', '.join(lacking)}, {why}")
+    # The trace's recording is what the release in its header does. The system is judged as the release it declares,
+    # unless the trace pins one (a release rule's separating scenario): then as that release, and where it differs,
+    # its own release's answers name the rules that explain it.
+    recorded_release = header.declarations.release
+    release = recorded_release if header.declarations.kafka_version else declared.release
+    models = {candidate: Model(header.profile, header.params, candidate)
+              for candidate in (release, recorded_release, declared.release)}
+    model = models[release]
+    explanation, other_side_of = None, ()
     recorded_by_model = header.implementation == MODEL
     recording = (StepChecker(RECORDING, trace, level, KAFKA if recorded_by_model else header.declarations)
                  if check_recording else None)
     # a counterexample's recorded answers stand for the system when no live one is given
     answers = system is None and any(step.system is not None for step in trace.steps)
-    sut = StepChecker(SYSTEM, trace, level, header.declarations if declarations is None else declarations)
+    sut = StepChecker(SYSTEM, trace, level, declared)
     sut = sut if system is not None or answers else None
-    if system is not None:
-        system.init(header.profile, header.params)
     outcomes: list[StepOutcome] = []
+    finding = failed_as = edge = None
+    # what Kafka's own timer does where its arithmetic wraps, to tell its known misbehaviours from the system's bugs
+    shadow = findings.KafkaShadow() if sut is not None else None
 
     def report(error: str | None = None, broken: bool = False) -> ReplayReport:
-        return ReplayReport(trace, "system" if sut is not None else "model", level, tuple(outcomes), error, broken)
+        return ReplayReport(trace, "system" if sut is not None else "model", level, tuple(outcomes), error, broken,
+                            explanation, other_side_of, failed_as=failed_as, finding=finding)
+
+    def failed(where: str, command: v.Command | None, expected: v.Observation | None, error: Exception
+               ) -> ReplayReport:
+        nonlocal failed_as, finding
+        failed_as = findings.error_signature(where, error).kind
+        finding = findings.recognise(edge, command, expected, None, error)
+        return report(f"{where}: system failed: {error}", broken=True)
+
+    if system is not None:
+        try:
+            system.init(header.profile, header.params)
+        except Exception as error:  # noqa: BLE001 - the system failed: the report says how
+            return failed("init", None, None, error)
 
     # the model's and the comparison's objects form no cycles that outlive the replay; a live system's may
     with collector_paused() if system is None else contextlib.nullcontext():
         for step in trace.steps:
+            if shadow is not None:
+                shadow.before(model, step.command)
             try:
-                expected = model.step(step.command)
+                expected_by = {candidate: stepper.step(step.command) for candidate, stepper in models.items()}
             except CommandError as error:
                 return report(f"step {step.seq}: malformed command: {error}")
+            expected = expected_by[release]
+            edge = None if shadow is None else shadow.after(model, step.command, expected)
             failures: list[Failure] = []
             if recording is not None:
-                failures += recording.check(step.command, expected, step.observation)
+                failures += recording.check(step.command, expected_by[recorded_release], step.observation)
             observed = step.system if answers else None
             if isinstance(observed, str):  # the recorded system failed to answer here
                 return report(f"step {step.seq}: system failed: {observed}", broken=True)
@@ -166,14 +220,36 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
                 try:
                     observed = system.step(step.command)
                 except Exception as error:  # the system failed: stop, keep the trace so far
-                    return report(f"step {step.seq}: system failed: {error}", broken=True)
+                    return failed(f"step {step.seq}", step.command, expected, error)
             if observed is not None:
-                failures += sut.check(step.command, expected, observed)
+                failures += (system_failures := sut.check(step.command, expected, observed))
+                if system_failures:
+                    finding = findings.recognise(edge, step.command, expected, observed, None)
+            if failures and observed is not None and declared.release != release \
+                    and exact_difference(step.command, expected_by[declared.release], observed) is None:
+                other_side_of = tuple(rule.ticket for rule in separating_rules(release, declared.release))
+                explanation = release_explanation(release, declared.release)
             outcomes.append(StepOutcome(step.seq, step.command, expected, step.observation if recording else None,
                                         observed, tuple(failures)))
             if failures:
                 break
     return report()
+
+
+def separating_rules(expected: Release, observed: Release) -> list:
+    """The rules a single thread's answers show that one release has and the other has not."""
+    return [rule for rule in RULES if expected.has(rule.ticket) != observed.has(rule.ticket)
+            and rule.seen == "sequential"]
+
+
+def release_explanation(expected: Release, observed: Release) -> str:
+    """Why a system of release ``observed`` answers otherwise than ``expected`` does: the rules they differ in."""
+    lines = [f"{observed} answers as its release does; {expected} differs from it by"]
+    for rule in separating_rules(expected, observed):
+        side = rule.before if expected.has(rule.ticket) else rule.after
+        lines.append(f"{rule.ticket} ({rule.since}, {rule.title}): {observed} {'has' if observed.has(rule.ticket) else 'predates'} "
+                     f"it, so {side}")
+    return "\n  ".join(lines)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -224,7 +300,13 @@ def step_table(report: ReplayReport, window: int | None = 12) -> Table:
 
 
 def print_report(console: Console, report: ReplayReport, window: int | None = 12) -> None:
+    if report.skipped:
+        console.print(f"[yellow]SKIP[/] {markup(report.trace.trace_id)}: cannot be replayed on this system: it "
+                      f"{markup(report.skipped)}", soft_wrap=True)
+        return
     console.print(step_table(report, window))
+    if report.finding is not None:
+        console.print(f"[yellow]{markup(report.finding)}[/]")
     failing = report.first_failure
     if report.error:
         console.print(f"[bold red]FAIL[/] {markup(report.trace.trace_id)}: {markup(report.error)}")
@@ -233,6 +315,8 @@ def print_report(console: Console, report: ReplayReport, window: int | None = 12
                       f"({markup(format_command(failing.command))}):")
         for failure in failing.failures:
             console.print(f"  - {markup(failure)}")
+        if report.explanation:
+            console.print(f"  {markup(report.explanation)}")
     else:
         console.print(f"[green]PASS[/] {markup(report.trace.trace_id)}: {len(report.outcomes)} steps agree with the "
                       f"model")
@@ -295,7 +379,8 @@ def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> l
         for trace in traces:
             reports.append(replay(trace, target.system if target else None, level,
                                   features=target.hello.features if target else (),
-                                  declarations=target.hello.declarations if target else None))
+                                  declarations=target.hello.declarations if target else None,
+                                  unsupported=target.hello.unsupported if target else frozenset()))
             print_report(console, reports[-1], window)
     finally:
         if target is not None:
@@ -305,14 +390,16 @@ def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> l
 
 @click.command("replay")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@with_kafka_option
 @with_target_options
 @click.option("--all-steps", is_flag=True, help="Show every step, not only the ones before a failure.")
 def replay_command(traces, impl, adapter, timeout, level, all_steps):
     """Replay TRACES against the model (and --impl/--adapter); print a step table and a verdict. A file with a
     failing trace gets its page (`kpurgatory view`) next to it, as FILE.html.
 
-    Exits 0 when every step agrees with the model, 1 on a divergence, 2 on malformed input, 3 when the system
-    under test broke (crashed, hung, wrote garbage)."""
+    Exits 0 when every step agrees with the model, 1 on a divergence, 2 on malformed input or a trace the system
+    cannot run (it uses a command the system's hello lists as unsupported: the trace is skipped, and says so), 3
+    when the system under test broke (crashed, hung, wrote garbage)."""
     files = read_for_command(traces, concurrent=False)
     loaded = [trace for traces_of_file in files.values() for trace in traces_of_file]
     from kpurgatory.conformance.traces.view import view_failures  # the view imports this module
@@ -328,13 +415,21 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps):
 
 
 @click.command("scenarios")
+@with_kafka_option
 @with_target_options
 @click.option("--only", "only", multiple=True, metavar="ID", help="Run only these scenario ids (repeatable).")
 @click.option("--skip", "skip", multiple=True, metavar="ID", help="Skip these scenario ids (repeatable).")
 @click.option("--list", "list_only", is_flag=True, help="List the scenario ids and exit.")
 def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
     """Replay the bundled scenario corpus (Kafka's own unit tests, re-expressed) against the model, and the system
-    under test if one is given."""
+    under test if one is given.
+
+    Each scenario stands alone: a system that hangs (no answer within --timeout, in process too), crashes or raises
+    fails that scenario, and a fresh one (an adapter restarted) plays the next. A scenario using a command the
+    system's hello lists as unsupported is skipped; a failure that is one of Kafka's known misbehaviours is a
+    finding. Every scenario gets a row and a verdict. Exits 0 when every scenario passed (findings and skipped ones
+    aside), 1 when the system answered one wrongly, else 3 when it failed to answer one (hung, crashed, wrote
+    garbage) or could not be made afresh, else 2 on a malformed scenario."""
     corpus = scenarios()
     unknown = sorted((set(only) | set(skip)) - set(corpus))
     if unknown:
@@ -344,28 +439,90 @@ def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
         for trace in chosen:
             click.echo(safe(f"{trace.trace_id}\t{trace.header.description or ''}"))
         return
-    target = open_target(impl, adapter, timeout)
+    target = open_time_limited(impl, adapter, timeout)
     console = command_console()
     summary = Table(title="scenario corpus against "
                           + ("the model" if target is None else markup(target.hello.implementation)))
     summary.add_column("scenario", overflow="fold")
     for column in ("steps", "verdict", "first failure"):
         summary.add_column(column)
-    failed = code = 0
+    counts: collections.Counter[str] = collections.Counter()
+    skipped: collections.Counter[str] = collections.Counter()
     try:
-        for trace in chosen:
+        for number, trace in enumerate(chosen):
             report = replay(trace, target.system if target else None, level,
                             features=target.hello.features if target else (),
-                            declarations=target.hello.declarations if target else None)
+                            declarations=target.hello.declarations if target else None,
+                            unsupported=target.hello.unsupported if target else frozenset())
+            verdict, outcome = scenario_verdict(report)
             failing = report.first_failure
-            detail = report.error or (f"step {failing.seq}: {failing.failures[0]}" if failing else "")
-            summary.add_row(markup(trace.trace_id), str(len(trace.steps)),
-                            "[green]pass[/]" if report.ok else "[bold red]FAIL[/]", markup(detail))
-            failed += not report.ok
-            code = max(code, report.exit_code)
+            detail = report.skipped or report.error or (f"step {failing.seq}: {failing.failures[0]}" if failing
+                                                        else "")
+            if report.finding is not None:
+                detail = f"{report.finding}\n{detail}"
+            if report.explanation:
+                detail += f"\n  {report.explanation}"
+            summary.add_row(markup(trace.trace_id), str(len(trace.steps)), verdict, markup(detail))
+            counts[outcome] += 1
+            if report.skipped:
+                skipped[report.skipped] += 1
+            if report.broken and target is not None:  # a system that failed to answer plays no further scenario
+                target.system.close()
+                try:
+                    target = open_time_limited(impl, adapter, timeout)
+                except Exception as error:  # noqa: BLE001 - the rows left say so
+                    target = None
+                    for rest in chosen[number + 1:]:
+                        summary.add_row(markup(rest.trace_id), str(len(rest.steps)), "[bold red]not run[/]",
+                                        markup(f"the system could not be made afresh: {error}"))
+                    counts["not run"] += len(chosen) - number - 1
+                    break
     finally:
         if target is not None:
             target.system.close()
     console.print(summary)
-    console.print(f"{len(chosen) - failed} passed, {failed} failed")
-    sys.exit(code)
+    words = [f"{counts['passed']} passed", f"{counts['failed'] + counts['broken'] + counts['malformed']} failed"]
+    words += [f"{counts[outcome]} {label}" for outcome, label in (
+        ("finding", "Kafka findings"), ("other side", "on the other side of a release rule (as their release does)"),
+        ("not run", "not run")) if counts[outcome]]
+    words += [f"{number} skipped ({reason})" for reason, number in skipped.items()]
+    console.print(", ".join(words), markup=False, highlight=False)
+    sys.exit(next((code for outcome, code in OUTCOME_CODES.items() if counts[outcome]), 3 if counts["not run"] else 0))
+
+
+#: a scenario's outcome (`scenario_verdict`) -> the exit code it calls for; the run's is the first of these met, in
+#: this order: the implementation answering wrongly outweighs its failing to answer (as in `kpurgatory check`)
+OUTCOME_CODES = {"failed": 1, "broken": 3, "malformed": 2}
+
+
+def scenario_verdict(report: ReplayReport) -> tuple[str, str]:
+    """A scenario's verdict (markup) and outcome: passed, skipped, finding, failed (a wrong answer), broken (the
+    system failed to answer: hung, crashed, raised, broke the protocol) or malformed (the scenario is)."""
+    if report.skipped:
+        return "[yellow]skipped[/]", "skipped"
+    if report.finding is not None:
+        return f"[yellow]finding {markup(report.finding.name)}[/]", "finding"
+    if report.ok:
+        return "[green]pass[/]", "passed"
+    if report.other_side_of:
+        return f"[cyan]other side of {', '.join(report.other_side_of)}[/]", "other side"
+    if report.failed_as is not None:
+        words = {"adapter crashed": "crashed", "raised": "crashed", AdapterFailed.kind: "failed to execute"}
+        return f"[bold red]{words.get(report.failed_as, report.failed_as)}[/]", "broken"
+    return "[bold red]FAIL[/]", "malformed" if report.error else "failed"
+
+
+def open_time_limited(impl: str | None, adapter: str | None, timeout: float):
+    """`open_target`, with each call of an in-process system limited to ``timeout`` seconds too (`TimedSystem`)."""
+    from kpurgatory.conformance.adapters import Target, system_factory
+    from kpurgatory.conformance.adapters.timed import TimedSystem
+
+    factory = system_factory(impl, adapter, timeout)
+    if factory is None:
+        return None
+    system = factory() if adapter else TimedSystem(factory(), timeout)
+    try:
+        return Target(system, system.hello())
+    except BaseException:
+        system.close()
+        raise

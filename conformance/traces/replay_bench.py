@@ -97,7 +97,7 @@ def measure(paths: list[Path], rounds: int) -> tuple[int, dict[str, float]]:
     def model():
         observations.clear()
         for trace in traces:
-            stepper = Model(trace.header.profile, trace.header.params)
+            stepper = Model(trace.header.profile, trace.header.params, trace.header.declarations.release)
             observations.append([stepper.step(step.command) for step in trace.steps])
 
     def contract():

@@ -192,7 +192,7 @@ def sequential_view(trace: Trace, report: ReplayReport | None = None, level: str
         roles.append(SYSTEM)
     failing = checked.first_failure
     first = max(1, (failing.seq if failing is not None else 1) - SNAPSHOT_WINDOW + 1)
-    model = Model(header.profile, header.params)
+    model = Model(header.profile, header.params, header.declarations.release)
     timeline = Timeline(header.params.tick_ms, header.params.start_ms)
     steps, states, error = [], [], checked.error
     for step in trace.steps:

@@ -1,11 +1,15 @@
 """Systems with planted bugs, for the check's exploration: each is the reference model but for one deliberate fault.
 They are importable (``planted:HangsInAdvance``) so the tests can also serve them through the stdio adapter."""
 
+from __future__ import annotations
+
+from typing import Callable
+
 import attrs
 
 from kpurgatory.conformance.adapters.reference import ModelSystem
-from kpurgatory.conformance.check.findings import past_long_max
 from kpurgatory.model import vocabulary as v
+from kpurgatory.model.timer import SystemTimer, TimerTaskEntry, TimerTaskList, TimingWheel
 
 
 class HangsInAdvance(ModelSystem):
@@ -53,20 +57,156 @@ class StackOverflowError(Exception):
     """What Java calls it."""
 
 
+class ArrayIndexOutOfBoundsException(IndexError):
+    """What Java calls it."""
+
+
+class IndexOutOfBoundsException(IndexError):
+    """What Java's List.get throws."""
+
+
+def wrap(value: int) -> int:
+    """A Java long."""
+    return (value + 2**63) % 2**64 - 2**63
+
+
+class JavaLongs:
+    """Java's long division and remainder (truncating; the remainder has the dividend's sign), failing as a port
+    says it: ``divide_by_zero`` and ``index_error`` are the exceptions it raises."""
+
+    divide_by_zero: Callable[[], Exception] = staticmethod(lambda: ArithmeticException("/ by zero"))
+    index_error: Callable[[int, int], Exception] = staticmethod(
+        lambda index, size: ArrayIndexOutOfBoundsException(f"Index {index} out of bounds for length {size}"))
+
+    def div(self, a: int, b: int) -> int:
+        if b == 0:
+            raise self.divide_by_zero()
+        quotient = abs(a) // abs(b)
+        return wrap(quotient if (a >= 0) == (b > 0) else -quotient)
+
+    def rem(self, a: int, b: int) -> int:
+        if b == 0:
+            raise self.divide_by_zero()
+        remainder = abs(a) % abs(b)
+        return remainder if a >= 0 else -remainder
+
+
+class JavaWheel(TimingWheel):
+    """Kafka's TimingWheel, line by line, in Java longs: its window ends, ticks and intervals wrap."""
+
+    java: JavaLongs
+
+    @classmethod
+    def of(cls, java: JavaLongs, tick_ms: int, wheel_size: int, start_ms: int, queue, counter) -> JavaWheel:
+        wheel = cls(tick_ms, wheel_size, wrap(start_ms - java.rem(start_ms, tick_ms)), queue, counter,
+                    [TimerTaskList(counter) for _ in range(wheel_size)])
+        wheel.java = java
+        return wheel
+
+    @property
+    def interval(self) -> int:
+        return wrap(self.tick_ms * self.wheel_size)
+
+    def add(self, entry: TimerTaskEntry) -> bool:
+        expiration = entry.expiration_ms
+        if entry.cancelled() or expiration < wrap(self.current_time_ms + self.tick_ms):
+            return False
+        if expiration < wrap(self.current_time_ms + self.interval):
+            virtual_id = self.java.div(expiration, self.tick_ms)
+            index = self.java.rem(virtual_id, self.wheel_size)
+            if not 0 <= index < self.wheel_size:
+                raise self.java.index_error(index, self.wheel_size)
+            bucket = self.buckets[index]
+            bucket.add(entry)
+            if bucket.set_expiration(wrap(virtual_id * self.tick_ms)):
+                self.queue.offer(bucket)
+            return True
+        if self.overflow_wheel is None:
+            self.overflow_wheel = JavaWheel.of(self.java, self.interval, self.wheel_size, self.current_time_ms,
+                                               self.queue, self.counter)
+        return self.overflow_wheel.add(entry)  # Python recursion, as Kafka's: a climb without end overflows it
+
+    def advance_clock(self, time_ms: int) -> None:
+        if time_ms >= wrap(self.current_time_ms + self.tick_ms):
+            self.current_time_ms = wrap(time_ms - self.java.rem(time_ms, self.tick_ms))
+            if self.overflow_wheel is not None:
+                self.overflow_wheel.advance_clock(self.current_time_ms)
+
+
+@attrs.define(eq=False)
+class JavaTimer(SystemTimer):
+    """Kafka's SystemTimer: now + delay in a long, and a flush that re-inserts until the bucket is empty."""
+
+    def add(self, task, expiration_ms=None) -> None:
+        entry = TimerTaskEntry(task, wrap(self.now_ms + task.delay_ms) if expiration_ms is None else expiration_ms)
+        task.set_timer_task_entry(entry)
+        self.add_timer_task_entry(entry)
+
+    def advance_clock(self, to_ms: int) -> None:
+        self.now_ms = to_ms
+        while (bucket := self.queue.poll_due(to_ms)) is not None:
+            self.on_bucket(bucket.expiration_ms)
+            self.timing_wheel.advance_clock(bucket.expiration_ms)
+            while bucket.entries:
+                entry = next(iter(bucket.entries))
+                bucket.remove(entry)
+                self.add_timer_task_entry(entry)
+            bucket.expiration_ms = -1
+
+
 class KafkaLike(ModelSystem):
-    """The model, but at the edge of the domain it does what Kafka's timer does: ``now + delay`` past
-    Long.MAX_VALUE wraps negative, so the task runs (the op expires) at once; a deadline that needs a level whose
-    interval exceeds Long.MAX_VALUE divides by zero for even wheel sizes and overflows the stack for odd ones."""
+    """The model with Kafka's timer in its place: a port of SystemTimer and TimingWheel whose arithmetic is Java's
+    long arithmetic, so that at the edge of the domain it does what Kafka does, by its own code: now + delay past
+    Long.MAX_VALUE wraps and the task runs at once, a wrapped window runs a far deadline early or re-inserts an entry
+    into the bucket being flushed forever, an interval that wraps to 0 divides by zero, one that never does climbs
+    overflow wheels until the stack overflows, a wrapped tick gives a negative bucket index. It says so in Java's
+    words."""
+
+    java = JavaLongs()
+
+    def init(self, profile, params):
+        super().init(profile, params)
+        timer = self.model.timer
+        timer.__class__ = JavaTimer
+        timer.timing_wheel = JavaWheel.of(self.java, params.tick_ms, params.wheel_size, params.start_ms,
+                                          timer.queue, timer.counter)
 
     def step(self, command):
-        observation = super().step(command)
-        if observation.error == "delay_out_of_range":
-            if isinstance(command, v.TimerAdd):
-                return v.Observation(events=(v.Run(command.task),))
+        try:
+            observation = super().step(command)
+        except RecursionError:
+            raise StackOverflowError() from None
+        if observation.error == "delay_out_of_range" and isinstance(command, v.Watch):
+            # the model rejects before it tries; Kafka tries, watches, and its timer runs the op at once
             return v.Observation(result=False, events=(v.Complete(command.op, "expire"), v.Expire(command.op)))
-        placed = command.task if isinstance(command, v.TimerAdd) else getattr(command, "op", None)
-        if isinstance(command, (v.TimerAdd, v.Watch)) and placed in past_long_max(self.model):
-            if self.model.params.wheel_size % 2 == 0:
-                raise ArithmeticException("/ by zero")
-            raise StackOverflowError()
         return observation
+
+
+class ListPort(KafkaLike):
+    """A port that keeps a wheel's buckets in a list: a negative index is Java's IndexOutOfBoundsException."""
+
+    java = JavaLongs()
+    java.index_error = staticmethod(
+        lambda index, size: IndexOutOfBoundsException(f"Index {index} out of bounds for length {size}"))
+
+
+class PythonPort(KafkaLike):
+    """A Python port of Kafka's wheel: it fails in Python's words (ZeroDivisionError, RecursionError, IndexError)."""
+
+    java = JavaLongs()
+    java.divide_by_zero = staticmethod(lambda: ZeroDivisionError("integer division or modulo by zero"))
+    java.index_error = staticmethod(lambda index, size: IndexError("list index out of range"))
+
+    def step(self, command):
+        return ModelSystem.step(self, command) if not isinstance(command, v.Watch) else super().step(command)
+
+
+class WrongAtTheEdge(ModelSystem):
+    """Not Kafka: fails with Kafka's exceptions, but on any add whose deadline is 10 s or more away, where Kafka's
+    arithmetic is sound."""
+
+    def step(self, command):
+        if isinstance(command, v.TimerAdd) and 10_000 <= command.delay_ms and \
+                self.model.now_ms + command.delay_ms <= v.LONG_MAX:
+            raise ArithmeticException("/ by zero")
+        return super().step(command)

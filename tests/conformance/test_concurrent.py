@@ -6,6 +6,7 @@ import random
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -16,6 +17,7 @@ from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.check.concurrent import (CLOCK, DRAIN, check_history, execute, plan_run,
                                                run_concurrent_check)
+from kpurgatory.conformance.check.findings import Signature
 from kpurgatory.conformance.tools.mutants import adapter_class, BY_ID
 from kpurgatory.conformance.traces.codec import (Header, Step, Timing, Trace, TraceFormatError, dumps, loads, read_traces,
                                           write_traces)
@@ -283,12 +285,19 @@ class Raising(BuiltinAdapter):
         return super().step(command)
 
 
-@pytest.mark.parametrize("system, says", [(Hanging, "never returned"), (Raising, "the implementation fell over")])
-def test_a_hanging_or_raising_system_ends_the_run_with_a_report(system, says):
-    result = run_concurrent_check(system, threads=3, runs=5, steps=40, seed=2, timeout=0.5)
+@pytest.mark.parametrize("system, says, signature", [
+    (Hanging, "never returned", Signature("hung", "check", "")),
+    (Raising, "the implementation fell over", Signature("raised", "set_ready", "RuntimeError")),
+])
+def test_a_hanging_or_raising_system_is_reported_once_and_the_check_goes_on(system, says, signature):
+    """Every history fails the same way: it is reported once, each later one counts as met again, and a fresh system
+    plays each run (a hung one is abandoned)."""
+    result = run_concurrent_check(system, threads=3, runs=5, steps=40, seed=2, timeout=0.5, max_failures=5)
     assert not result.passed
+    [failure] = result.failures
+    assert failure.signature == signature and failure.repeats >= 5
     assert any(violation.property == "no_failure" and says in violation.message for violation in result.violations)
-    assert result.runs <= 1 and not any(step.command == v.Shutdown() for step in result.history.steps)
+    assert result.runs == 5 and not any(step.command == v.Shutdown() for step in result.history.steps)
 
 
 # --- the history as a file, and the commands ----------------------------------------------------------------------
@@ -380,3 +389,31 @@ def test_a_ready_op_a_check_leaves_behind_is_a_lost_wakeup():
         ("w1", 10, 11, v.Force("a"), True, (v.Complete("a", "force"),)),
     )
     assert check_history(cancelled) == []
+
+
+# --- distinct failures in one run ---------------------------------------------------------------------------------
+
+HERE = Path(__file__).parent
+
+
+def test_each_distinct_race_is_reported_once_with_its_own_history(tmp_path, monkeypatch):
+    """Two races in one system (the mutants missing_second_try and kafka_17848_try_completed together): one
+    ``check --threads`` run reports both, each with its history written and failing check-history on its own, and
+    goes on past each race it already knows."""
+    monkeypatch.syspath_prepend(str(HERE))
+    outcome = CliRunner().invoke(main, ["check", "--threads", "2", "--examples", "3", "--steps", "10", "--seed", "1",
+                                        "--impl", "planted_releases:TwoRaceBugs", "--out", str(tmp_path)],
+                                 env={"COLUMNS": "250"})
+    assert outcome.exit_code == 1, outcome.output
+    assert "purgatory (concurrent): breaks justified (stale_try) in check" in outcome.output
+    assert "purgatory (concurrent): breaks no_lost_wakeup in check+set_ready" in outcome.output
+    assert "2 distinct failures, 0 Kafka findings" in outcome.output
+    histories = sorted(tmp_path.glob("*.jsonl"))
+    assert [path.name for path in histories] == ["schedule-locked_completion_during_walk.jsonl",
+                                                  "schedule-ready_between_watch_tries.jsonl"]
+    for path in histories:
+        assert CliRunner().invoke(main, ["check-history", str(path)]).exit_code == 1
+    import planted_releases
+
+    capped = run_concurrent_check(planted_releases.TwoRaceBugs, threads=2, runs=3, steps=10, seed=1)
+    assert len(capped.failures) == 1 and capped.runs == 0  # the default stops at the first, as before

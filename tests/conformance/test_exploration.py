@@ -13,12 +13,11 @@ from click.testing import CliRunner
 
 from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 from kpurgatory.conformance.adapters.timed import TimedSystem
-from kpurgatory.conformance.check.findings import FINDINGS, Signature, recognise
+from kpurgatory.conformance.check.findings import Signature
 from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.traces.codec import read_traces
 from kpurgatory.conformance.traces.replay import replay
-from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 
 HERE = Path(__file__).parent
@@ -110,22 +109,6 @@ def test_kafka_findings_through_an_adapter_that_reports_failures(importable):
     assert result.passed
     assert "interval-divides-by-zero" in {found.finding.name for found in result.findings}
     assert all(found.shrunk_length <= 3 for found in result.findings)
-
-
-def test_each_finding_needs_its_input_class():
-    model = Model("timer", v.Params(1, 2, 0, 1000))
-    expected = model.step(v.TimerAdd("t0", 5))
-    divide = next(finding for finding in FINDINGS if finding.name == "interval-divides-by-zero")
-    assert recognise(model, v.TimerAdd("t0", 5), expected, None, ArithmeticError("/ by zero")) is None
-    expected = model.step(v.TimerAdd("t1", v.LONG_MAX))
-    assert recognise(model, v.TimerAdd("t1", v.LONG_MAX), expected, None, ArithmeticError("/ by zero")) == divide
-    assert recognise(model, v.Size(), model.step(v.Size()), None, ArithmeticError("/ by zero")) is None
-    at_the_end = Model("timer", v.Params(1, 2, v.LONG_MAX, 1000))  # Kafka: now + tick wraps, the add divides by 0
-    expected = at_the_end.step(v.TimerAdd("t0", 0))
-    assert recognise(at_the_end, v.TimerAdd("t0", 0), expected, None, ArithmeticError("/ by zero")) == divide
-    beyond = at_the_end.step(v.TimerAdd("t1", 1))  # Kafka: the wrapped deadline gets a negative bucket index
-    wraps = recognise(at_the_end, v.TimerAdd("t1", 1), beyond, None, IndexError("ArrayIndexOutOfBoundsException"))
-    assert wraps.name == "deadline-wraps"
 
 
 def test_check_command_lists_findings_apart_and_passes(tmp_path, monkeypatch):

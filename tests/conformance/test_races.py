@@ -1,21 +1,26 @@
 """Races that happen: start barriers, the overlap figures, shrinking a failing run, the race schedules through gates
-(in process and through the stdio adapter), and the race mutants they kill."""
+(in process and through the stdio adapter), the race mutants they kill, the races of older Kafka releases as findings
+of the systems that declare them, and schedules whose waiting assumptions a system does not meet."""
 
 import io
 import json
 import random
 import sys
 import threading
+import time
+from pathlib import Path
 
 import pytest
+from click.testing import CliRunner
 
 from kpurgatory.conformance.adapters.builtin import BuiltinAdapter
 from kpurgatory.conformance.adapters.gates import Gates, GateSpec
 from kpurgatory.conformance.adapters.stdio import serve
 from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 from kpurgatory.conformance.check.concurrent import (CLOCK, Plan, check_history, driver_for, execute, overlap,
-                                                     plan_run, shrink)
+                                                     plan_run, run_concurrent_check, shrink)
 from kpurgatory.conformance.check.schedules import SCHEDULES, run_schedule
+from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
 from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, dumps, loads
 from kpurgatory.model import vocabulary as v
@@ -139,7 +144,7 @@ def schedule_violations(system) -> dict[str, set[str]]:
     driver = driver_for(system, hello)
     try:
         return {schedule.name: {violation.property for violation in check_history(
-            run_schedule(system, hello, driver, schedule, timeout=10))} for schedule in SCHEDULES}
+            run_schedule(system, hello, driver, schedule, timeout=10).history)} for schedule in SCHEDULES}
     finally:
         system.close()
 
@@ -181,3 +186,70 @@ def test_an_unlocked_find_or_create_loses_an_op_when_watches_of_a_new_key_race()
 
     assert failures(BuiltinAdapter(), 3) == 0
     assert failures(adapter_class(BY_ID["unlocked_find_or_create"])(), 10) > 0
+
+
+# --- the races of older releases ----------------------------------------------------------------------------------
+
+HERE = Path(__file__).parent
+sys.path.insert(0, str(HERE))
+import planted_releases  # noqa: E402
+
+BY_NAME = {schedule.name: schedule for schedule in SCHEDULES}
+
+
+def play(system, name: str, **options):
+    hello = system.hello()
+    return run_schedule(system, hello, driver_for(system, hello), BY_NAME[name], timeout=10, **options)
+
+
+@pytest.mark.parametrize("system, completion", [
+    (BuiltinAdapter, ("w1", v.Complete("a", "check"))),  # a blocking op lock (2.7 on): the check waits for it
+    (planted_releases.PendingFlagEra, ("w0", v.Complete("a", "try"))),  # tryLock + pending flag (1.1 to 2.6)
+    (planted_releases.TryLockEra, ("drain", v.Complete("a", "check"))),  # tryLock alone (1.0): only the drain
+])
+def test_the_held_second_try_completes_the_op_as_each_releases_locks_do(system, completion):
+    history = play(system(), "ready_during_held_second_try").history
+    [completed] = [(step.timing.thread, event) for step in history.steps for event in step.observation.events]
+    assert completed == completion
+    assert {violation.property for violation in check_history(history)} == (
+        {"no_lost_wakeup"} if completion[0] == "drain" else set())
+
+
+def test_a_race_of_the_declared_release_is_a_finding_and_of_current_kafka_a_failure():
+    def check(system, **options):
+        return run_concurrent_check(system, threads=2, runs=2, steps=10, seed=1, max_failures=5, **options)
+
+    declared = check(planted_releases.TryLockEra)
+    assert declared.passed and not declared.failures
+    assert [finding.finding.name for finding in declared.findings] == ["trylock-lost-wakeup"]
+    assert declared.findings[0].history.trace_id == "schedule-ready_during_held_second_try"
+    current = check(planted_releases.TryLockUndeclared)
+    assert not current.passed and {failure.signature.detail for failure in current.failures} == {"no_lost_wakeup"}
+    stale = check(planted_releases.StaleTryEra)
+    assert stale.passed and [finding.finding.name for finding in stale.findings] == ["stale-try"]
+    assert not check(planted_releases.StaleTryEra, fail_on_findings=True).passed
+
+
+def test_check_history_judges_a_history_by_the_release_its_header_declares(tmp_path):
+    result = run_concurrent_check(planted_releases.TryLockEra, threads=2, runs=1, steps=5, seed=1, out_dir=tmp_path,
+                                  max_failures=5)
+    [path] = [report.path for report in result.findings]
+    outcome = CliRunner().invoke(main, ["check-history", str(path)], env={"COLUMNS": "250"})
+    assert outcome.exit_code == 0 and "Kafka findings (trylock-lost-wakeup)" in outcome.output
+    undeclared = path.with_name("undeclared.jsonl")
+    undeclared.write_text(path.read_text().replace(',"kafka_version":"1.0.2"', ""))
+    assert "kafka_version" not in undeclared.read_text()
+    assert CliRunner().invoke(main, ["check-history", str(undeclared)]).exit_code == 1
+
+
+def test_a_call_that_waits_where_the_schedule_expects_none_opens_the_gates_and_the_run_goes_on():
+    """One lock for every op: the new watch in cancel_key_during_check waits for the lock the held check holds.
+    The schedule gives up holding it, says so, and its history is checked like any other."""
+    started = time.monotonic()
+    outcome = play(planted_releases.OneLockForAllOps(), "cancel_key_during_check", stall_s=0.3)
+    assert time.monotonic() - started < 5
+    assert outcome.deviation == "the call of w1 took over 0.3 s while gate w0.check held its call: opened early"
+    assert check_history(outcome.history) == [] and outcome.history.steps[-1].command == v.Shutdown()
+    result = run_concurrent_check(planted_releases.OneLockForAllOps, threads=2, runs=2, steps=10, seed=1)
+    assert result.passed and result.schedules == len(SCHEDULES)
+    assert [name for name, _ in result.schedule_notes] == ["cancel_key_during_check"]

@@ -1,7 +1,10 @@
-"""Replaying traces: the corpus passes against the model; a wrong expectation fails naming the step."""
+"""Replaying traces: the corpus passes against the model; a wrong expectation fails naming the step; a scenario
+whose system hangs or crashes fails alone."""
 
 import json
 import re
+import sys
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -95,3 +98,63 @@ def test_the_wheel_read_out_compares_a_buckets_entries_as_a_set_and_everything_e
     assert exact_difference(v.Wheel(), wheel("t1", "t0"), wheel("t0", "t1")) is None
     assert exact_difference(v.Wheel(), wheel("t1", "t0"), wheel("t0", "t1", slot=0)) is not None
     assert exact_difference(v.Wheel(), wheel("t1", "t0"), wheel("t0")) is not None
+
+
+# --- a scenario that hangs or crashes fails alone --------------------------------------------------------------
+
+HERE = Path(__file__).parent
+ADAPTER = f"{sys.executable} {HERE / 'misbehaving_adapter.py'}"
+LONG = sorted(trace_id for trace_id, trace in scenarios().items() if len(trace.steps) >= 4)
+SHORT = sorted(trace_id for trace_id, trace in scenarios().items() if len(trace.steps) < 4)
+
+
+def scenarios_run(*arguments: str):
+    """``kpurgatory scenarios ARGUMENTS`` and each scenario's verdict, from its table."""
+    outcome = CliRunner().invoke(main, ["scenarios", *arguments], env={"COLUMNS": "400"})
+    cells = [[cell.strip() for cell in line.split("│")[1:-1]] for line in outcome.output.splitlines()
+             if line.startswith("│")]
+    return outcome, {row[0]: row[2] for row in cells if row[0] in scenarios()}
+
+
+def test_a_scenario_that_hangs_fails_alone_and_the_rest_are_reported(monkeypatch):
+    """In process, the system hangs in cancelForKey: those scenarios are hung, a fresh system plays each next one,
+    every scenario has its row, and the system failed to answer (exit 3, as in check and replay)."""
+    monkeypatch.syspath_prepend(str(HERE))
+    hanging = {trace_id for trace_id, trace in scenarios().items()
+               if any(step.command.name == "cancel_key" for step in trace.steps)}
+    outcome, verdicts = scenarios_run("--impl", "planted_releases:HangsInCancelForKey", "--timeout", "0.5")
+    assert outcome.exit_code == 3, outcome.output
+    assert hanging and verdicts == {trace_id: "hung" if trace_id in hanging else "pass" for trace_id in scenarios()}
+    assert f"{len(scenarios()) - len(hanging)} passed, {len(hanging)} failed" in outcome.output
+
+
+@pytest.mark.parametrize("mode, verdict", [("hang", "hung"), ("crash", "crashed"), ("garbage", "adapter wrote garbage")])
+def test_an_adapter_that_hangs_or_crashes_is_restarted_for_the_next_scenario(mode, verdict):
+    """The adapter fails at the fourth command of every run: the scenarios that long fail, each on an adapter of
+    its own, and the shorter ones after them pass."""
+    chosen = [*LONG[:2], *SHORT[:2]]
+    outcome, verdicts = scenarios_run("--adapter", f"{ADAPTER} {mode} 5", "--timeout", "3",
+                                      *(option for trace_id in chosen for option in ("--only", trace_id)))
+    assert outcome.exit_code == 3, outcome.output
+    assert verdicts == {trace_id: verdict if trace_id in LONG else "pass" for trace_id in chosen}
+    assert "2 passed, 2 failed" in outcome.output
+
+
+def test_a_wrong_answer_outweighs_a_failure_to_answer(monkeypatch):
+    """Some scenarios hang (exit 3 alone), others are answered wrongly: the implementation failed (exit 1)."""
+    monkeypatch.syspath_prepend(str(HERE))
+    outcome, verdicts = scenarios_run("--impl", "planted_releases:HangsInCancelForKeyCountsWrong", "--timeout", "0.5")
+    assert outcome.exit_code == 1, outcome.output
+    assert {"hung", "FAIL", "pass"} <= set(verdicts.values())
+
+
+def test_a_scenario_on_which_the_system_does_what_kafka_does_is_a_finding_and_the_run_goes_on(monkeypatch):
+    """planted.KafkaLike spins where Kafka's reaper does (a re-insertion livelock): that scenario is Kafka's finding,
+    not the system's failure, and the scenarios after it are played on a fresh system."""
+    monkeypatch.syspath_prepend(str(HERE))
+    livelock = "model.domain.overflow-chain-top-level"
+    outcome, verdicts = scenarios_run("--impl", "planted:KafkaLike", "--timeout", "1", "--only", livelock,
+                                      "--only", "seed.cascade")
+    assert outcome.exit_code == 0, outcome.output
+    assert verdicts == {livelock: "finding reinsertion-livelock", "seed.cascade": "pass"}
+    assert "1 passed, 0 failed, 1 Kafka findings" in outcome.output

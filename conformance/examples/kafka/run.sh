@@ -1,34 +1,72 @@
 #!/usr/bin/env bash
 # kpurgatory's adapter over Kafka's own purgatory and timing wheel (README.md beside this file):
 #
-#   conformance/examples/kafka/run.sh CLASSPATH
+#   conformance/examples/kafka/run.sh [--era ERA] [--kafka-version VERSION] [--compile] CLASSPATH
 #
-# CLASSPATH holds the Kafka build to check: its server-common classes (or jar) and their dependencies. The first run
-# compiles the adapter against it into a cache directory outside the repository ($KPURGATORY_CACHE, by default
-# ~/.cache/kpurgatory), keyed by the adapter's sources, the classpath and the JDK; later runs start at once.
+# CLASSPATH holds the Kafka build to check and its dependencies; ERA says which API era of Kafka's classes it holds:
+#   java-purgatory              (default) 4.0 on: the Java purgatory and timer of kafka-server-common
+#   scala-purgatory-java-timer  3.6 to 3.9: the broker's Scala purgatory on kafka-server-common's Java timer
+#   scala-purgatory-scala-timer 0.10.0 to 3.5: the Scala purgatory and the Scala timer (kafka.utils.timer)
+#   scala-purgatory-0.9         0.9.0: the Scala purgatory that builds its own Scala timer (rewired: README.md)
+# VERSION, when given, is the release the classpath holds: the hello names it and declares it, so that the model
+# follows that release's rules (`kpurgatory check --kafka VERSION` resolves a release and passes all three).
+# The first run compiles the adapter (the common sources and the era's) against CLASSPATH into a cache directory
+# outside the repository ($KPURGATORY_CACHE, by default ~/.cache/kpurgatory), keyed by the sources, the era, the
+# classpath and the JDK; later runs start at once. With --compile it only compiles (so that no first request waits).
 set -euo pipefail
+usage="usage: $0 [--era java-purgatory|scala-purgatory-java-timer|scala-purgatory-scala-timer|scala-purgatory-0.9]"
+usage+=" [--kafka-version VERSION] [--compile] CLASSPATH"
+era=java-purgatory
+version=
+compile_only=
+while [ $# -gt 1 ]; do
+    case $1 in
+        --era) era=$2; shift 2 ;;
+        --kafka-version) version=$2; shift 2 ;;
+        --compile) compile_only=1; shift ;;
+        *) break ;;
+    esac
+done
 if [ $# -ne 1 ] || [ -z "$1" ]; then
-    echo "usage: $0 CLASSPATH   (Kafka's server-common classes and their dependencies, ':'-separated)" >&2
+    echo "$usage" >&2
     exit 2
 fi
 classpath=$1
-here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
-sources=("$here"/src/kpurgatory/kafka/*.java "$here"/src/org/apache/kafka/server/util/timer/*.java)
-set -f  # classpath entries such as lib/* are for java, not for the shell
-key=$({ cat "${sources[@]}"; echo "$classpath"; IFS=:; for entry in $classpath; do stat -c '%n %Y %s' "$entry" 2>/dev/null || true; done
-        readlink -f "$(command -v javac)"; } | sha256sum | cut -c1-16)
-set +f
-cache=${KPURGATORY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kpurgatory}/kafka-adapter/$key
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/src
+case $era in
+    java-purgatory) parts=(common java-timer java-purgatory) ;;
+    scala-purgatory-java-timer) parts=(common java-timer scala-purgatory) ;;
+    scala-purgatory-scala-timer) parts=(common scala-wheel scala-timer scala-purgatory) ;;
+    scala-purgatory-0.9) parts=(common scala-wheel scala-purgatory-0.9) ;;
+    *) echo "run.sh: unknown era '$era'"$'\n'"$usage" >&2; exit 2 ;;
+esac
+sources=()
+for part in "${parts[@]}" scala-op-lock scala-op-no-lock; do
+    [ -d "$here/$part" ] && while IFS= read -r -d '' file; do sources+=("$file"); done \
+        < <(find "$here/$part" -name '*.java' -print0 | sort -z)
+done
+. "$(dirname "$here")/compile-cache.sh"
+kafka_cache kafka-adapter "$era" "$classpath" "$0" "${sources[@]}"
 if [ ! -e "$cache/.compiled" ]; then
-    mkdir -p "$(dirname "$cache")"
-    building=$(mktemp -d "$cache.XXXXXX")
-    if ! javac -nowarn -d "$building" -cp "$classpath" "${sources[@]}" >&2; then
-        rm -rf "$building"
-        echo "run.sh: the adapter does not compile against $classpath (is it Kafka's server-common and its dependencies?)" >&2
-        exit 3
+    compiled=()
+    for file in "${sources[@]}"; do
+        case $file in
+            "$here"/scala-op-*) ;;
+            *) compiled+=("$file") ;;
+        esac
+    done
+    if [ "$era" != java-purgatory ]; then
+        # DelayedOperation's constructor took an optional lock from 0.11.0.2 on; a Java subclass must name one.
+        variant=scala-op-no-lock
+        if javap -cp "$classpath" kafka.server.DelayedOperation 2>/dev/null \
+                | grep -q 'DelayedOperation(long, scala.Option'; then
+            variant=scala-op-lock
+        fi
+        compiled+=("$here/$variant"/kpurgatory/kafka/*.java)
     fi
-    touch "$building/.compiled"
-    mv -T "$building" "$cache" 2>/dev/null || rm -rf "$building"  # a concurrent first run got there first
+    kafka_compile "the adapter" "$era" "$classpath" "${compiled[@]}"
 fi
+[ -z "$compile_only" ] || exit 0
 # A hot JIT throws its preallocated exceptions without message or stack: keep Kafka's exceptions telling.
-exec java -XX:+UseSerialGC -XX:-OmitStackTraceInFastThrow -cp "$cache:$classpath" kpurgatory.kafka.KafkaAdapter
+exec java -XX:+UseSerialGC -XX:-OmitStackTraceInFastThrow -Dkpurgatory.kafka.version="$version" \
+    -cp "$cache:$classpath" kpurgatory.kafka.KafkaAdapter

@@ -1,0 +1,847 @@
+"""``kpurgatory matrix``: every covered Kafka release against the model, in one table.
+
+Rows are systems: by default the Kafka releases of `model.releases.COVERED`, each driven through the adapter over
+that release's own classes (`adapters.kafka`); or any adapters and in-process systems given by name, so that a port,
+a fork or a planted system gets the same table. Columns are the checks, run in process by the functions the
+commands use, with one seed and a small budget for every cell:
+
+  timer/exact, timer/contract, purgatory/exact, purgatory/contract
+                   `run_check` of that profile at that level (``kpurgatory check --profile P --level L``)
+  purgatory/threads
+                   `run_concurrent_check` (``kpurgatory check --threads N``): the race schedules and random runs
+  scenarios        Kafka's own unit tests as scenarios, replayed at the exact level (``kpurgatory scenarios``)
+
+Each cell has one verdict (`VERDICTS`). A *finding* is one of Kafka's own known misbehaviours: one of `FINDINGS`
+(`check.findings`), or a scenario a release answers as that release did (it lacks the rule the scenario separates:
+`model.releases`). A newcomer reads from the row of a release which of Kafka's known bugs it has, by name and ticket.
+
+Everything goes to ``--out``: ``matrix.json`` (the data), ``index.html`` (one self-contained page made from it
+alone: no script, no load; every text from a system escaped) and, for each cell that found something,
+``ROW/CELL/`` with each counterexample's trace, step table and page (`traces.view`), which the cell links to. Both
+files are rewritten after every row, so an interrupted run leaves the rows it finished. ``matrix.json`` holds:
+
+  environment      date, load average at the start and the end, cores, versions (Python, kpurgatory, Java)
+  budget, columns  the seed and budget of the run; each check's id and what it is
+  rows             per system: name, kind (release, adapter, impl), the command or factory, its hello's
+                   implementation, the rules a release lacks, its date, budget and seconds, and its cells
+  rows[].cells     per check: verdict, a one-line note, findings (name, ticket, releases, description, trace and
+                   page paths relative to index.html), failures (signature, summary, whether the system failed to
+                   answer, trace and page), runs, steps, seconds
+  totals           cells per verdict, seconds
+  findings, rules  the legend: every finding met (with the rows that met it), every rule of `model.releases`
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import html
+import os
+import platform
+import re
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+from urllib.parse import quote
+
+import attrs
+import click
+import orjson
+from rich.table import Table
+
+from kpurgatory.conformance.adapters import load_factory, system_factory
+from kpurgatory.conformance.adapters.subprocess import AdapterError
+from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.check.findings import KafkaShadow, recognise
+from kpurgatory.conformance.check.concurrent import label, run_concurrent_check
+from kpurgatory.conformance.check.sequential import DEFAULT_MAX_FAILURES, DEFAULT_TIMEOUT_S, render, run_check, \
+    time_limited
+from kpurgatory.conformance.terminal import command_console, markup, safe
+from kpurgatory.conformance.traces.codec import Trace, write_traces
+from kpurgatory.conformance.traces.replay import ReplayReport, replay, scenarios
+from kpurgatory.conformance.traces.view import asset, write_view
+from kpurgatory.model import CommandError, Model
+from kpurgatory.model import vocabulary as v
+from kpurgatory.model.releases import COVERED, RULES, RULES_BY_TICKET, Release, version_key
+
+FORMAT, VERSION = "kpurgatory-matrix", 1
+
+#: verdict -> what it means, in the order of the page's legend
+VERDICTS = {
+    "pass": "nothing found: every run agrees with the model (and scenario replays)",
+    "finding": "only Kafka's own known misbehaviours: the release does what Kafka does (a finding passes)",
+    "failure": "the system differs from the model, or breaks a property, where Kafka does not",
+    "broke": "the system could not be driven: it crashed, hung or wrote garbage, or its adapter could not be built",
+    "n/a": "does not apply: a profile the system does not declare, threads without the concurrent feature, a release "
+           "the Kafka adapter does not drive",
+    "skipped": "not run: the system broke before this check",
+}
+#: the verdicts whose cells get an entry under Details on the page (the others' tooltip says it all)
+DETAILED = ("finding", "failure", "broke")
+#: css classes of the verdicts
+CSS = {"pass": "pass", "finding": "finding", "failure": "failure", "broke": "broke", "n/a": "na",
+       "skipped": "skipped"}
+
+
+@attrs.frozen
+class Column:
+    id: str
+    profile: str | None
+    level: str  # exact, contract, threads or scenarios
+    what: str
+
+    @property
+    def slug(self) -> str:
+        return self.id.replace("/", "-")
+
+
+COLUMNS = (
+    Column("timer/exact", "timer", "exact", "generated runs of the timer, answers compared step by step with Kafka's "
+                                            "(kpurgatory check --profile timer)"),
+    Column("timer/contract", "timer", "contract", "the same runs judged only by the contract properties a user "
+                                                  "relies on (--level contract)"),
+    Column("purgatory/exact", "purgatory", "exact", "generated runs of the purgatory, step by step "
+                                                    "(kpurgatory check --profile purgatory)"),
+    Column("purgatory/contract", "purgatory", "contract", "the same runs, contract properties only"),
+    Column("purgatory/threads", "purgatory", "threads", "the concurrent check: Kafka's documented races as "
+                                                        "schedules, then random runs from several threads "
+                                                        "(kpurgatory check --threads N)"),
+    Column("scenarios", None, "scenarios", "Kafka's own unit tests and the release rules' scenarios, replayed at the "
+                                           "exact level (kpurgatory scenarios)"),
+)
+COLUMNS_BY_ID = {column.id: column for column in COLUMNS}
+
+
+#: the budget of every cell: small, so that all the covered releases run in minutes each
+SEED, EXAMPLES, STEPS, THREADS = 1, 20, 15, 4
+
+
+@attrs.frozen
+class Budget:
+    seed: int = SEED
+    examples: int = EXAMPLES
+    steps: int = STEPS
+    threads: int = THREADS
+    timeout: float = DEFAULT_TIMEOUT_S
+    max_failures: int = DEFAULT_MAX_FAILURES
+
+
+@attrs.frozen
+class Subject:
+    """A row: a Kafka ``release`` (its adapter is built when the row runs), a subprocess ``adapter`` command or an
+    in-process ``impl`` (MODULE:FACTORY)."""
+
+    name: str
+    release: str | None = None
+    adapter: str | None = None
+    impl: str | None = None
+
+    @property
+    def kind(self) -> str:
+        return "release" if self.release else "adapter" if self.adapter else "impl"
+
+    @property
+    def slug(self) -> str:
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.name).strip("-.") or "system"
+
+
+class Broke(Exception):
+    """The system could not be driven for a whole row: no adapter, no hello."""
+
+
+class Unfit(Exception):
+    """No system to drive for a whole row: a release the Kafka adapter does not cover."""
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Running the cells
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def relative(path: Path | None, out: Path) -> str | None:
+    return None if path is None else Path(os.path.relpath(path, out)).as_posix()
+
+
+def tickets(text: str) -> list[str]:
+    return list(dict.fromkeys(re.findall(r"KAFKA-\d+", text)))
+
+
+def finding_entry(finding, out: Path, trace_path: Path | None, repeats: int | None = None, **more) -> dict:
+    """A Kafka finding (`check.findings.Finding`, `check.concurrent.KafkaRace`) as the matrix lists it: its name,
+    ticket, the releases that have it and what it is."""
+    ticket = finding.ticket
+    releases = getattr(finding, "releases", None)  # a race says which ticket fixed it
+    if releases is None and ticket in RULES_BY_TICKET:
+        releases = f"fixed by {ticket} in {RULES_BY_TICKET[ticket].since}"
+    return {"name": finding.name, "ticket": ticket, "releases": releases,
+            "description": finding.description, **page_of(trace_path, out), "repeats": repeats, **more}
+
+
+def lacking(ticket: str) -> str:
+    """The releases that lack a rule, in words."""
+    rule = RULES_BY_TICKET[ticket]
+    backports = f" ({', '.join(rule.backports)} and later on their lines have it)" if rule.backports else ""
+    return f"releases before {rule.since}{backports}"
+
+
+def rule_finding(scenario: str, explanation: str, out: Path, trace_path: Path) -> dict:
+    """A scenario the system answers as its release did: the rules it lacks (those the scenario's id names, else
+    those the replay's ``explanation`` names) as a finding, the explanation as its detail."""
+    named = [ticket for ticket in tickets(scenario) or tickets(explanation) if ticket in RULES_BY_TICKET]
+    description = "; ".join(f"{ticket} {RULES_BY_TICKET[ticket].title}: before it, {RULES_BY_TICKET[ticket].before}"
+                            for ticket in named) or explanation
+    return {"name": scenario, "ticket": ", ".join(named) or None,
+            "releases": "; ".join(map(lacking, named)) or None, "description": description, "detail": explanation,
+            **page_of(trace_path, out), "repeats": None, "scenario": scenario}
+
+
+def failure_entry(signature: str, summary: str, error: bool, out: Path, trace_path: Path | None,
+                  repeats: int | None = None) -> dict:
+    """A failure as the matrix lists it: its signature, what happened, and whether the system failed to answer."""
+    return {"signature": signature, "summary": summary, "error": error, **page_of(trace_path, out),
+            "repeats": repeats}
+
+
+def page_of(trace_path: Path | None, out: Path) -> dict:
+    """Where a counterexample and its page are, relative to the matrix's page."""
+    return {"trace": relative(trace_path, out),
+            "view": relative(trace_path and trace_path.with_suffix(".html"), out)}
+
+
+def cell(verdict: str, note: str, *, findings=(), failures=(), runs=0, steps=0, seconds=0.0, **more) -> dict:
+    return {"verdict": verdict, "note": note, "findings": list(findings), "failures": list(failures), "runs": runs,
+            "steps": steps, "seconds": round(seconds, 1), **more}
+
+
+def filed(finding: dict) -> str:
+    """A finding's KAFKA tickets, or nothing when none is filed (the legend says so)."""
+    return ", ".join(tickets(finding["ticket"] or ""))
+
+
+def judged(findings: list[dict], failures: list[dict], passed: str, broke: str | None = None, **counts) -> dict:
+    """A cell's verdict from what it found: broke when it could not drive the system (``broke`` says why, or every
+    failure is a failure to answer), else failure, else finding, else pass (``passed`` says what passed)."""
+    if broke is not None or failures and all(failure["error"] for failure in failures):
+        return cell("broke", broke or f"{failures[0]['signature']}: {failures[0]['summary']}", findings=findings,
+                    failures=failures, **counts)
+    if failures:
+        plural = "s" * (len(failures) > 1)
+        return cell("failure", f"{len(failures)} distinct failure{plural}; first: {failures[0]['signature']}: "
+                               f"{failures[0]['summary']}", findings=findings, failures=failures, **counts)
+    if findings:
+        return cell("finding", "Kafka's known: " + ", ".join(dict.fromkeys(
+            f["name"] + (f" ({filed(f)})" if filed(f) else "") for f in findings)), findings=findings, **counts)
+    return cell("pass", passed, **counts)
+
+
+def check_cell(column: Column, factory, budget: Budget, folder: Path, out: Path) -> dict:
+    result = run_check(factory, profile=column.profile, level=column.level, examples=budget.examples,
+                       steps=budget.steps, seed=budget.seed, out_dir=folder, timeout=budget.timeout,
+                       max_failures=budget.max_failures)
+    findings = [finding_entry(found.finding, out, found.trace_path, found.repeats) for found in result.findings]
+    failures = [failure_entry(str(found.signature), found.summary, found.report.error is not None, out,
+                              found.trace_path, found.repeats) for found in result.failures]
+    written = [found.write_error for found in result.failures + result.findings if found.write_error]
+    # a check cut short before any failure (its hello failed) says why in its summary
+    broke = result.failure_summary if result.broken and not failures else None
+    return judged(findings, failures, f"{result.examples_run} runs of up to {budget.steps} steps agree with the "
+                                      f"model", broke, runs=result.examples_run, steps=result.steps_run,
+                  seconds=result.elapsed_s, write_error=written[0] if written else None)
+
+
+def threads_cell(factory, hello: Hello, subject: Subject, budget: Budget, folder: Path, out: Path) -> dict:
+    if subject.kind != "impl" and "concurrent" not in hello.features:
+        return cell("n/a", "the adapter does not list the 'concurrent' feature in its hello")
+    result = run_concurrent_check(factory, threads=budget.threads, runs=budget.examples, steps=budget.steps,
+                                  seed=budget.seed, timeout=budget.timeout, out_dir=folder,
+                                  max_failures=budget.max_failures)
+    findings = [finding_entry(report.finding, out, report.path, report.repeats) for report in result.findings]
+    failures = [failure_entry(label(report.signature), "; ".join(violation.message for violation in report.violations),
+                              report.signature.kind in ("hung", "raised"), out, report.path, report.repeats)
+                for report in result.failures]
+    schedules = "no race schedules (no gates)" if result.schedules is None else f"{result.schedules} race schedules"
+    return judged(findings, failures, f"{schedules} and {result.runs} runs of {budget.threads} threads: every "
+                                      f"property holds", result.aborted, runs=result.runs, steps=result.calls,
+                  seconds=result.elapsed_s, schedules=result.schedules,
+                  schedule_notes=[f"{name}: {note}" for name, note in result.schedule_notes])
+
+
+class Remembering:
+    """A system that remembers the exception its last step raised (a replay keeps only its text), so that the
+    failure can be recognised as one of Kafka's findings."""
+
+    def __init__(self, system: SystemUnderTest):
+        self.system, self.error = system, None
+
+    def hello(self) -> Hello:
+        return self.system.hello()
+
+    def init(self, profile: str, params: v.Params) -> None:
+        self.error = None
+        self.system.init(profile, params)
+
+    def step(self, command: v.Command) -> v.Observation:
+        try:
+            return self.system.step(command)
+        except Exception as error:
+            self.error = error
+            raise
+
+    def close(self) -> None:
+        self.system.close()
+
+
+def recognised(trace: Trace, report: ReplayReport, error: Exception | None, release: Release):
+    """The Kafka finding a failing replay is, if any: its failing step (or the step the system failed to answer)
+    judged as `check` judges one, beside Kafka's own timer (`findings.KafkaShadow`)."""
+    failing = report.first_failure
+    seq = failing.seq if failing is not None else len(report.outcomes) + 1
+    model, shadow = Model(trace.header.profile, trace.header.params, release), KafkaShadow()
+    for step in trace.steps:
+        shadow.before(model, step.command)
+        try:
+            expected = model.step(step.command)
+        except CommandError:
+            return None
+        edge = shadow.after(model, step.command, expected)
+        if step.seq == seq:
+            return recognise(edge, step.command, expected, failing and failing.observed, error)
+    return None
+
+
+def scenario_cell(factory, budget: Budget, folder: Path, out: Path) -> dict:
+    """Replay each scenario of the corpus on one system (made afresh after it broke); a scenario using a command the
+    system has no call for is skipped. A failing scenario is a finding when the system's release answers it as that
+    release did (the replay explains it by a rule the release lacks) or when it is one of Kafka's findings."""
+    started = time.monotonic()
+    factory = time_limited(factory, budget.timeout)
+    system: Remembering | None = None
+    found, failures, passed, skipped, steps = [], [], 0, 0, 0
+    try:
+        for trace in scenarios().values():
+            if system is None:
+                system = Remembering(factory())
+                hello = system.hello()
+            if trace.header.profile not in hello.profiles or hello.unable(step.command for step in trace.steps):
+                skipped += 1
+                continue
+            # only the system is judged: a scenario's recorded answers are current Kafka's, which an older release's
+            # model need not give (`kpurgatory scenarios` without a system checks them)
+            report = replay(trace, system, "exact", check_recording=False, features=hello.features,
+                            declarations=hello.declarations)
+            steps += len(report.outcomes)
+            if report.ok:
+                passed += 1
+                continue
+            path = write_traces(folder / f"{Subject(trace.trace_id).slug}.jsonl", trace)
+            path.with_suffix(".txt").write_text(render(report))
+            write_view(path.with_suffix(".html"), trace, [report])
+            failing = report.first_failure
+            # the release the replay judged by: the one a rule's scenario pins, else the system's own
+            release = (trace.header.declarations if trace.header.declarations.kafka_version else
+                       hello.declarations).release
+            finding = recognised(trace, report, system.error if report.broken else None, release)
+            if explanation := report.explanation:
+                found.append(rule_finding(trace.trace_id, explanation, out, path))
+            elif finding is not None:
+                found.append(finding_entry(finding, out, path, scenario=trace.trace_id))
+            else:
+                failures.append(failure_entry(trace.trace_id, report.error or f"step {failing.seq}: "
+                                                                              f"{failing.failures[0]}",
+                                              report.broken, out, path))
+            if report.broken:
+                system.close()
+                system = None
+    finally:
+        if system is not None:
+            system.close()
+    tail = f" ({skipped} skipped: commands the system has no call for)" if skipped else ""
+    return judged(found, failures, f"{passed} scenarios agree with the model{tail}",
+                  runs=passed + len(found) + len(failures), steps=steps, seconds=time.monotonic() - started,
+                  skipped=skipped)
+
+
+def clear(folder: Path) -> Path:
+    """The cell's folder, emptied of what an earlier run of the cell wrote there (it is made when something is
+    written to it)."""
+    if folder.is_dir():
+        for path in folder.iterdir():
+            if path.is_file() and path.suffix in (".jsonl", ".txt", ".html"):
+                path.unlink()
+    return folder
+
+
+def prune(folder: Path) -> None:
+    """Remove ``folder`` and its parent if nothing was written to them."""
+    for empty in (folder, folder.parent):
+        with contextlib.suppress(OSError):
+            empty.rmdir()
+
+
+def open_subject(subject: Subject, timeout: float) -> tuple[Callable[[], SystemUnderTest], str, Hello]:
+    """What makes the subject's systems, the command or factory that names it, and its hello. Raises `Unfit` for a
+    release the Kafka adapter does not drive, `Broke` when the system cannot be driven."""
+    try:
+        if subject.release:
+            from kpurgatory.conformance.adapters.kafka import adapter_command
+
+            target = adapter_command(subject.release)
+            factory = system_factory(adapter=target, timeout=timeout)
+        else:
+            target = subject.adapter or subject.impl
+            factory = system_factory(impl=subject.impl, adapter=subject.adapter, timeout=timeout)
+    except click.ClickException as error:  # the Kafka adapter's: 2, a release it does not cover; 3, no jars
+        raise (Unfit if error.exit_code == 2 else Broke)(error.format_message()) from None
+    except Exception as error:  # the Kafka adapter could not be built
+        raise Broke(f"{type(error).__name__}: {error}") from None
+    try:
+        system = time_limited(factory, timeout)()
+        try:
+            return factory, target, system.hello()
+        finally:
+            system.close()
+    except Exception as error:  # it does not start, or has no hello
+        detail = str(error) if isinstance(error, AdapterError) else f"{type(error).__name__}: {error}"
+        raise Broke(f"hello: system failed: {detail}") from None
+
+
+def run_row(subject: Subject, columns: tuple[Column, ...], budget: Budget, out: Path,
+            on_cell: Callable[[Subject, Column, dict], None] = lambda *_: None) -> dict:
+    """Every cell of one row."""
+    started = time.monotonic()
+    row = {"name": subject.name, "kind": subject.kind, "release": subject.release, "target": None,
+           "implementation": None, "note": None, "date": now(), "budget": attrs.asdict(budget),
+           "lacks": [], "cells": {}}
+    if subject.release:
+        row["lacks"] = [rule.ticket for rule in Release.parse(subject.release).differences()]
+    try:
+        factory, row["target"], hello = open_subject(subject, budget.timeout)
+    except Unfit as error:
+        row["note"] = str(error)
+        for column in columns:
+            row["cells"][column.id] = cell("n/a", str(error))
+            on_cell(subject, column, row["cells"][column.id])
+        row["seconds"] = round(time.monotonic() - started, 1)
+        return row
+    except Broke as error:
+        for index, column in enumerate(columns):
+            row["cells"][column.id] = (cell("broke", str(error)) if index == 0 else
+                                       cell("skipped", "not run: the system broke before it (see the first cell)"))
+            on_cell(subject, column, row["cells"][column.id])
+        row["seconds"] = round(time.monotonic() - started, 1)
+        return row
+    row["implementation"] = hello.implementation
+    for column in columns:
+        folder = out / subject.slug / column.slug
+        cell_started = time.monotonic()
+        if column.profile is not None and column.profile not in hello.profiles:
+            result = cell("n/a", f"{hello.implementation} implements {', '.join(hello.profiles)}, not "
+                                 f"{column.profile}")
+        else:
+            try:
+                if column.level == "threads":
+                    result = threads_cell(factory, hello, subject, budget, clear(folder), out)
+                elif column.level == "scenarios":
+                    result = scenario_cell(factory, budget, clear(folder), out)
+                else:
+                    result = check_cell(column, factory, budget, clear(folder), out)
+            except Exception as error:  # the system broke where the check could not report it: one cell lost
+                if isinstance(error, OSError) and not isinstance(error, AdapterError):
+                    raise  # --out cannot be written
+                result = cell("broke", str(error) if isinstance(error, AdapterError) else
+                              f"{type(error).__name__}: {error}", seconds=time.monotonic() - cell_started)
+        row["cells"][column.id] = result
+        prune(folder)
+        on_cell(subject, column, result)
+    row["seconds"] = round(time.monotonic() - started, 1)
+    return row
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The data and the page
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def java_version() -> str | None:
+    try:
+        done = subprocess.run(["java", "-version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return (done.stderr or done.stdout).splitlines()[0] if (done.stderr or done.stdout) else None
+
+
+def now() -> str:
+    return datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def loads() -> list[float]:
+    """The load average (1, 5 and 15 minutes): how much else the machine did."""
+    return [round(load, 2) for load in os.getloadavg()]
+
+
+def environment(subjects: list[Subject]) -> dict:
+    from importlib.metadata import version
+
+    return {"date": now(), "load_average": loads(), "cores": os.cpu_count(),
+            "machine": platform.machine(), "python": platform.python_version(),
+            "kpurgatory": version("kpurgatory"), "hypothesis": version("hypothesis"),
+            "java": java_version() if any(subject.release for subject in subjects) else None}
+
+
+def totals(rows: list[dict]) -> dict:
+    counts = {verdict: 0 for verdict in VERDICTS}
+    for row in rows:
+        for result in row["cells"].values():
+            counts[result["verdict"]] += 1
+    return {**counts, "seconds": round(sum(row["seconds"] for row in rows), 1)}
+
+
+def legend_findings(rows: list[dict]) -> list[dict]:
+    """Every finding met, once: the known misbehaviours of `check.findings` and the rules scenarios showed."""
+    met: dict[str, dict] = {}
+    for row in rows:
+        for result in row["cells"].values():
+            for finding in result["findings"]:
+                entry = met.setdefault(finding["name"], {key: finding[key] for key in ("name", "ticket", "releases",
+                                                                                       "description")} | {"rows": []})
+                if row["name"] not in entry["rows"]:
+                    entry["rows"].append(row["name"])
+    return list(met.values())
+
+
+def merged(previous: dict | None, rows: list[dict],
+           columns: tuple[Column, ...]) -> tuple[list[dict], tuple[Column, ...]]:
+    """This run's rows with those of an earlier matrix it did not redo: releases by version, then the other systems;
+    the columns either has."""
+    names = {row["name"] for row in rows}
+    every = [row for row in (previous or {}).get("rows", []) if row["name"] not in names] + rows
+    releases = sorted((row for row in every if row["kind"] == "release"), key=lambda row: version_key(row["release"]))
+    ids = {column["id"] for column in (previous or {}).get("columns", [])} | {column.id for column in columns}
+    return (releases + [row for row in every if row["kind"] != "release"],
+            tuple(column for column in COLUMNS if column.id in ids))
+
+
+def previous_matrix(out: Path) -> dict | None:
+    """The matrix an earlier run wrote to ``out``, if any; a file that is not one is a usage error."""
+    path = out / "matrix.json"
+    if not path.exists():
+        return None
+    try:
+        data = orjson.loads(path.read_bytes())
+    except (OSError, orjson.JSONDecodeError) as error:
+        raise click.BadParameter(f"cannot read {path}: {error}", param_hint="--out") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
+        raise click.BadParameter(f"{path} is not a {FORMAT} version {VERSION} file", param_hint="--out")
+    return data
+
+
+def forget(out: Path) -> None:
+    """Remove the counterexamples of the matrix an earlier run wrote to ``out`` (the folders its cells name), which
+    this run's matrix replaces; anything else there stays."""
+    with contextlib.suppress(click.BadParameter):
+        for row in (previous_matrix(out) or {}).get("rows", []):
+            for column in row["cells"]:
+                if column in COLUMNS_BY_ID:
+                    folder = out / Subject(row["name"]).slug / COLUMNS_BY_ID[column].slug
+                    prune(clear(folder))
+
+
+def matrix_data(rows: list[dict], columns: tuple[Column, ...], budget: Budget, env: dict, command: str) -> dict:
+    return {"format": FORMAT, "version": VERSION, "command": command, "environment": env,
+            "budget": attrs.asdict(budget),
+            "columns": [{"id": column.id, "profile": column.profile, "level": column.level, "what": column.what}
+                        for column in columns],
+            "rows": rows, "totals": totals(rows), "findings": legend_findings(rows),
+            "rules": [{"ticket": rule.ticket, "since": rule.since, "backports": list(rule.backports),
+                       "title": rule.title, "before": rule.before, "after": rule.after, "seen": rule.seen}
+                      for rule in RULES]}
+
+
+def e(text: object) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def link(href: str | None, text: str, title: str = "") -> str:
+    title = f' title="{e(title)}"' if title else ""
+    if href is None:
+        return f"<span{title}>{e(text)}</span>"
+    return f'<a href="{e(quote(href))}"{title}>{e(text)}</a>'
+
+
+def anchor(row: dict, column_id: str) -> str:
+    """The id of a cell's entry under Details (row names are distinct as slugs)."""
+    return f"{Subject(row['name']).slug}--{COLUMNS_BY_ID[column_id].slug}"
+
+
+def cell_html(row: dict, column_id: str, result: dict) -> str:
+    verdict = result["verdict"]
+    met: dict[str, list[dict]] = {}  # a finding met in several scenarios is listed once, with how often
+    for f in result["findings"]:
+        met.setdefault(f["name"], []).append(f)
+    items = [f'<li class="finding-item">{link(each[0]["view"], name, each[0]["description"])}'
+             + (f" ×{len(each)}" if len(each) > 1 else "")
+             + (f' <span class="ticket">{e(filed(each[0]))}</span>' if filed(each[0]) else "") + "</li>"
+             for name, each in met.items()]
+    items += [f'<li class="failure-item">{link(f["view"], f["signature"], f["summary"])}</li>'
+              for f in result["failures"]]
+    figures = []
+    if result["runs"]:
+        figures.append(f"{result['runs']} runs")
+    if result["seconds"]:
+        figures.append(f"{result['seconds']:.0f} s")
+    return (f'<td class="cell {CSS[verdict]}" data-verdict="{e(verdict)}" data-findings="{len(result["findings"])}" '
+            f'data-failures="{len(result["failures"])}" title="{e(result["note"])}">'
+            + (f'<a class="word" href="#{anchor(row, column_id)}">{e(verdict)}</a>' if verdict in DETAILED else
+               f'<span class="word">{e(verdict)}</span>')
+            + (f"<ul>{''.join(items)}</ul>" if items else "")
+            + (f'<div class="figures">{e(" · ".join(figures))}</div>' if figures else "") + "</td>")
+
+
+def rules_html(tickets_lacked: list[str], titles: dict[str, str]) -> str:
+    """The rules a release lacks, each linked to its line in the rules' table."""
+    return " ".join(f'<a class="chip" href="#rule-{e(t)}" title="{e(titles[t])}">{e(t)}</a>' if t in titles else
+                    f'<span class="chip">{e(t)}</span>' for t in tickets_lacked)
+
+
+def details_html(rows: list[dict], columns: list[dict]) -> str:
+    """One entry per cell that found something or broke: its note, each finding and failure in full."""
+    parts = []
+    for row in rows:
+        for column in columns:
+            result = row["cells"].get(column["id"])
+            if result is None or result["verdict"] not in DETAILED:  # the cell's tooltip says why
+                continue
+            # the note sums up the entries below, or says why a cell without any broke
+            lines = [] if result["findings"] or result["failures"] else [f'<p class="note">{e(result["note"])}</p>']
+            for f in result["findings"]:
+                scenario = f.get("scenario")
+                lines.append(f'<p><span class="tag finding">finding</span> {link(f["view"], f["name"])}'
+                             + (f' ({e(f["ticket"])})' if f["ticket"] else "")
+                             + (f" in scenario {e(scenario)}" if scenario not in (None, f["name"]) else "")
+                             + f": {e(f.get('detail') or f['description'])}"
+                             + (f' <span class="muted">met again in {f["repeats"]} runs</span>'
+                                if f["repeats"] else "") + "</p>")
+            for f in result["failures"]:
+                lines.append(f'<p><span class="tag failure">{"broke" if f["error"] else "failure"}</span> '
+                             f'{link(f["view"], f["signature"])}: <span class="clamp">{e(f["summary"])}</span></p>')
+            parts.append(f'<section class="detail {CSS[result["verdict"]]}" id="{anchor(row, column["id"])}">'
+                         f'<h3>{e(row["name"])} · {e(column["id"])}: {e(result["verdict"])}</h3>{"".join(lines)}'
+                         f'</section>')
+    return "".join(parts) or '<p class="muted">Nothing found.</p>'
+
+
+def page(data: dict) -> str:
+    """The page of a matrix (`matrix_data`), made from the data alone: a committed matrix.json renders again."""
+    columns, rows, env, budget = data["columns"], data["rows"], data["environment"], data["budget"]
+    any_release = any(row["kind"] == "release" for row in rows)
+    titles = {rule["ticket"]: rule["title"] for rule in data["rules"]}  # the page is made from the data alone
+    head = ("<tr><th>system</th>" + ('<th><a href="#rules">rules it lacks</a></th>' if any_release else "")
+            + "".join(f'<th title="{e(column["what"])}">{e(column["id"])}</th>' for column in columns) + "</tr>")
+    body = []
+    for row in rows:
+        ran = row["budget"]
+        title = (f'{row["target"] or ""}\nrun {row["date"]}: seed {ran["seed"]}, {ran["examples"]} runs of up to '
+                 f'{ran["steps"]} steps per check')
+        name = (f'<th class="row" title="{e(title)}">{e(row["name"])}'
+                f'<div class="muted impl">{e(row["implementation"] or row["note"] or "")}</div>'
+                f'<div class="muted figures">{row["seconds"]:.0f} s</div></th>')
+        lacks = f'<td class="lacks">{rules_html(row["lacks"], titles)}</td>' if any_release else ""
+        cells = "".join(cell_html(row, column["id"], row["cells"][column["id"]]) if column["id"] in row["cells"]
+                        else '<td class="cell skipped" data-verdict="skipped">—</td>' for column in columns)
+        body.append(f'<tr data-row="{e(row["name"])}">{name}{lacks}{cells}</tr>')
+    total = data["totals"]
+    summary = (f"{len(rows)} systems × {len(columns)} checks: "
+               + ", ".join(f"{total[verdict]} {verdict}" for verdict in VERDICTS if total[verdict])
+               + f"; {total['seconds']:.0f} s in all")
+    verdict_legend = "".join(f'<li><span class="swatch {CSS[verdict]}"></span><b>{e(verdict)}</b>: {e(words)}</li>'
+                             for verdict, words in VERDICTS.items())
+    column_legend = "".join(f"<li><b>{e(column['id'])}</b>: {e(column['what'])}</li>" for column in columns)
+    finding_legend = "".join(
+        f"<li><b>{e(f['name'])}</b>" + (f' <span class="ticket">{e(f["ticket"])}</span>' if f["ticket"] else "")
+        + f": {e(f['description'])}" + (f" <i>Releases: {e(f['releases'])}.</i>" if f["releases"] else "")
+        + f' <span class="muted">({e(", ".join(f["rows"]))})</span></li>' for f in data["findings"]) or \
+        '<li class="muted">none met</li>'
+    rules = "".join(f'<tr id="rule-{e(rule["ticket"])}"><td>{e(rule["ticket"])}</td><td>{e(rule["since"])}'
+                    + (f" ({e(', '.join(rule['backports']))})" if rule["backports"] else "")
+                    + f"</td><td>{e(rule['title'])}</td><td>{e(rule['before'])}</td><td>{e(rule['seen'])}</td></tr>"
+                    for rule in data["rules"])
+    rules_section = ('<h2 id="rules">Rules: how releases differ</h2><p class="muted">A release lacks every rule '
+                     "shipped after it. The model follows the release a system declares, so what a rule explains is "
+                     "not a failure: a scenario the release answers as it did, or a race it shipped, is a finding."
+                     '</p><table class="rules"><tr><th>ticket</th><th>since</th><th>what changed</th><th>before it'
+                     "</th><th>seen</th></tr>" + rules + "</table>" if any_release else "")
+    parts = {
+        "style": asset("view.css") + asset("matrix.css"),
+        "summary": e(summary),
+        "environment": e(f"generated {env['date']} on {env['cores']} cores ({env['machine']}) at load "
+                         f"{' '.join(map(str, env['load_average']))} (at the end: "
+                         f"{' '.join(map(str, env.get('load_average_end', ())))}); kpurgatory {env['kpurgatory']}, "
+                         f"Python {env['python']}" + (f", {env['java']}" if env.get("java") else "")
+                         + f"; seed {budget['seed']}, {budget['examples']} runs of up to {budget['steps']} steps per "
+                           f"check, {budget['threads']} threads"),
+        "command": e(data["command"]),
+        "table": f'<table class="matrix"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>',
+        "verdicts": verdict_legend, "columns": column_legend, "findings": finding_legend,
+        "rules": rules_section, "details": details_html(rows, columns),
+    }
+    return re.sub(r"\{\{(\w+)\}\}", lambda match: parts[match.group(1)], asset("matrix.html"))
+
+
+def write_matrix(out: Path, data: dict) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "matrix.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
+    (out / "index.html").write_text(page(data))
+
+
+def exit_code(rows: list[dict]) -> int:
+    """3 when a system could not be driven or a counterexample not written, else 1 on a failure, else 0."""
+    results = [result for row in rows for result in row["cells"].values()]
+    if any(result["verdict"] == "broke" or result.get("write_error") for result in results):
+        return 3
+    return 1 if any(result["verdict"] == "failure" for result in results) else 0
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The command
+# ---------------------------------------------------------------------------------------------------------------
+
+
+def named(values: tuple[str, ...], option: str) -> list[tuple[str, str]]:
+    """NAME=TARGET values as pairs (a TARGET may hold '=' too: a name cannot)."""
+    pairs = []
+    for value in values:
+        name, sep, target = value.partition("=")
+        if not sep or not name.strip() or not target.strip():
+            raise click.BadParameter(f"expected NAME=..., got {value!r}", param_hint=option)
+        pairs.append((name.strip(), target.strip()))
+    return pairs
+
+
+def subjects_of(releases: str | None, adapters: tuple[str, ...], impls: tuple[str, ...]) -> list[Subject]:
+    """The rows: the releases given (every covered one when no system is given either), then the adapters, then the
+    in-process systems."""
+    subjects = []
+    if releases is not None or not (adapters or impls):
+        versions = COVERED if releases is None else [part.strip() for part in releases.split(",") if part.strip()]
+        for version in versions:
+            try:
+                version_key(version)
+                Release.parse(version)
+            except ValueError as error:
+                raise click.BadParameter(str(error), param_hint="--releases") from None
+            subjects.append(Subject(version, release=version))
+    subjects += [Subject(name, adapter=command) for name, command in named(adapters, "--adapter")]
+    for name, spec in named(impls, "--impl"):
+        load_factory(spec)  # a usage error now, not a broken row later
+        subjects.append(Subject(name, impl=spec))
+    seen = set()
+    for subject in subjects:
+        if subject.slug in seen:
+            raise click.UsageError(f"two systems named {subject.name!r}: give each a distinct NAME")
+        seen.add(subject.slug)
+    if not subjects:
+        raise click.BadParameter("no release given", param_hint="--releases")
+    return subjects
+
+
+VERDICT_STYLE = {"pass": "green", "finding": "yellow", "failure": "bold red", "broke": "bold red", "n/a": "dim",
+                 "skipped": "dim"}
+
+
+@click.command("matrix")
+@click.option("--releases", metavar="V1,V2,...", help="Kafka releases to run [default: every covered release, "
+                                                       "unless --adapter or --impl is given].")
+@click.option("--adapter", "adapters", multiple=True, metavar="NAME=COMMAND",
+              help="A row for a subprocess adapter (specs/protocol.md); repeatable.")
+@click.option("--impl", "impls", multiple=True, metavar="NAME=MODULE:FACTORY",
+              help="A row for an in-process Python system; repeatable.")
+@click.option("--checks", metavar="ID,ID,...", default=",".join(column.id for column in COLUMNS), show_default=True,
+              help="The columns to run.")
+@click.option("--seed", type=click.IntRange(0), default=SEED, show_default=True,
+              help="Seed of every check's generated runs.")
+@click.option("--examples", type=click.IntRange(1), default=EXAMPLES, show_default=True,
+              help="Runs per check (the concurrent check's random runs too).")
+@click.option("--steps", type=click.IntRange(1), default=STEPS, show_default=True,
+              help="Commands per run, at most (rounds per run in the concurrent check).")
+@click.option("--threads", type=click.IntRange(2, 64), default=THREADS, show_default=True,
+              help="Worker threads of the concurrent check.")
+@click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
+              help="Seconds one call into a system may take before it counts as hung.")
+@click.option("--max-failures", type=click.IntRange(1), default=DEFAULT_MAX_FAILURES, show_default=True,
+              help="Distinct failures each check shrinks and reports before it stops exploring.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out/matrix"),
+              show_default=True, help="Where matrix.json, index.html and the counterexamples are written.")
+@click.option("--merge", is_flag=True, help="Keep the rows of the matrix already in --out that this run does not "
+                                            "redo (each row records its own date and budget): run a few releases "
+                                            "at a time.")
+@click.option("--page-only", is_flag=True, help="Run nothing: write --out's index.html again from its matrix.json "
+                                                "(after a change to the page).")
+def matrix_command(releases, adapters, impls, checks, seed, examples, steps, threads, timeout, max_failures, out,
+                   merge, page_only):
+    """Run every check against every covered Kafka release (or the given systems) with one seed and a small
+    budget, and write the results as a table: OUT/matrix.json and one self-contained page, OUT/index.html, each
+    cell pass, finding (Kafka's own known misbehaviour), failure, broke, n/a or skipped, linked to the pages of its
+    counterexamples.
+
+    Exits 0 when every cell passed or has findings only, 1 when a system failed a check, 3 when a system could not
+    be driven or a counterexample could not be written."""
+    if page_only:
+        data = previous_matrix(out)
+        if data is None:
+            raise click.BadParameter(f"no {out / 'matrix.json'} to make the page of", param_hint="--out")
+        (out / "index.html").write_text(page(data))
+        click.echo(f"page: {safe(out / 'index.html')}")
+        return
+    chosen = [part.strip() for part in checks.split(",") if part.strip()]
+    if unknown := [part for part in chosen if part not in COLUMNS_BY_ID]:
+        raise click.BadParameter(f"unknown checks {', '.join(unknown)} (expected some of "
+                                 f"{', '.join(COLUMNS_BY_ID)})", param_hint="--checks")
+    columns = tuple(column for column in COLUMNS if column.id in chosen)
+    if not columns:
+        raise click.BadParameter("no check given", param_hint="--checks")
+    subjects = subjects_of(releases, adapters, impls)
+    previous = previous_matrix(out) if merge else None
+    if not merge:
+        forget(out)
+    budget = Budget(seed, examples, steps, threads, timeout, max_failures)
+    console = command_console()
+    env = environment(subjects)
+    command = shlex.join(["kpurgatory", "matrix", *(sys.argv[2:] if sys.argv[1:2] == ["matrix"] else ())])
+    console.print(f"matrix: {len(subjects)} systems × {len(columns)} checks; seed {seed}, {examples} runs of up to "
+                  f"{steps} steps per check; writing {markup(out)}")
+
+    def show(subject: Subject, column: Column, result: dict) -> None:
+        named_findings = ", ".join(f["name"] for f in result["findings"])
+        console.print(f"  {markup(subject.name)} {column.id}: [{VERDICT_STYLE[result['verdict']]}]"
+                      f"{result['verdict']}[/]" + (f" ({markup(named_findings)})" if named_findings else "")
+                      + f" {result['seconds']:.0f} s", highlight=False)
+
+    rows: list[dict] = []
+    try:
+        for subject in subjects:
+            rows.append(run_row(subject, columns, budget, out, show))
+            console.print(f"{markup(subject.name)}: {rows[-1]['seconds']:.0f} s", highlight=False)
+            env["load_average_end"] = loads()
+            write_matrix(out, matrix_data(*merged(previous, rows, columns), budget, env, command))
+    except OSError as error:
+        click.echo(f"Error: cannot write the matrix to {safe(out)}: {safe(error)}", err=True)
+        sys.exit(3)
+    table = Table(title=f"matrix (seed {seed}, {examples}×{steps})")
+    table.add_column("system")
+    for column in columns:
+        table.add_column(column.id)
+    table.add_column("time", justify="right")
+    for row in rows:
+        table.add_row(markup(row["name"]), *(f"[{VERDICT_STYLE[row['cells'][c.id]['verdict']]}]"
+                                             f"{row['cells'][c.id]['verdict']}[/]" for c in columns),
+                      f"{row['seconds']:.0f} s")
+    console.print(table)
+    total = totals(rows)
+    console.print(", ".join(f"{total[verdict]} {verdict}" for verdict in VERDICTS if total[verdict])
+                  + f"; {total['seconds']:.0f} s", highlight=False)
+    console.print(safe(f"page: {out / 'index.html'}\ndata: {out / 'matrix.json'}"), markup=False, highlight=False,
+                  soft_wrap=True)
+    sys.exit(exit_code(rows))

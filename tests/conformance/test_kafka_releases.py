@@ -1,0 +1,188 @@
+"""Published Apache Kafka releases through the adapter (``--kafka VERSION``): one release of each API era, resolved
+from Maven Central by mvn, the adapter compiled for its era and driven through the protocol. Needs mvn, a JDK and
+Maven Central (or a local Maven repository that already holds the jars); the resolved classpaths and compiled
+adapters are cached ($KPURGATORY_CACHE), so a second run is offline and quick."""
+
+import json
+import shlex
+import shutil
+import subprocess
+
+import pytest
+from click.testing import CliRunner
+
+from kpurgatory.conformance.adapters import kafka
+from kpurgatory.conformance.cli import main
+
+needs_tools = pytest.mark.skipif(shutil.which("mvn") is None or shutil.which("javac") is None,
+                                 reason="resolving and compiling a Kafka release needs Maven (mvn) and a JDK (javac)")
+
+#: one release per era, with the jar its purgatory comes from
+ERAS = {"4.4.0": ("java-purgatory", "kafka-server-common"),
+        "3.9.2": ("scala-purgatory-java-timer", "kafka_2.13"),
+        "2.8.2": ("scala-purgatory-scala-timer", "kafka_2.13"),
+        "0.10.2.2": ("scala-purgatory-scala-timer", "kafka_2.12"),
+        "0.9.0.1": ("scala-purgatory-0.9", "kafka_2.11")}
+#: Kafka's own unit tests, re-expressed, and the seed runs: every release passes them
+UNIT_TESTS = ("kafka.DelayedOperationTest.testRequestSatisfaction", "kafka.DelayedOperationTest.testRequestExpiry",
+              "kafka.DelayedOperationTest.testRequestPurge",
+              "kafka.DelayedOperationTest.shouldCancelForKeyReturningCancelledOperations",
+              "kafka.DelayedOperationTest.testSafeTryCompleteOrElse", "kafka.TimerTest.testAlreadyExpiredTask",
+              "kafka.TimerTest.testTaskExpiration", "kafka.TimingWheelTest.testAdvanceClock",
+              "kafka.TimingWheelTest.testOverflowWheel", "seed.delayed-fetch", "seed.delayed-produce", "seed.cascade")
+INIT = {"profile": "purgatory", "params": {"tick_ms": 1, "wheel_size": 20, "start_ms": 0, "purge_interval": 1000}}
+
+
+def test_a_version_that_is_no_covered_release_is_a_usage_error():
+    for version in ("9.9.9", "abc", "2.8.9", "", "0.8.2.2"):  # 0.8 has no hierarchical timing wheel
+        with pytest.raises(kafka.KafkaReleaseError, match="is not a Kafka release") as raised:
+            kafka.resolve(version)
+        assert raised.value.exit_code == 2
+    result = CliRunner().invoke(main, ["scenarios", "--kafka", "9.9.9"])
+    assert result.exit_code == 2 and "'9.9.9' is not a Kafka release" in result.output
+
+
+def test_kafka_and_an_adapter_together_are_a_usage_error():
+    result = CliRunner().invoke(main, ["check", "--kafka", "4.4.0", "--adapter", "cat"])
+    assert result.exit_code == 2 and "not two of them" in result.output
+
+
+def test_without_maven_a_release_cannot_be_resolved(monkeypatch, tmp_path):
+    monkeypatch.setenv("KPURGATORY_CACHE", str(tmp_path))
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with pytest.raises(kafka.KafkaReleaseError, match=r"Maven \(mvn\) is not installed") as raised:
+        kafka.resolve("3.9.2")
+    assert raised.value.exit_code == 3
+
+
+@needs_tools
+def test_a_release_maven_cannot_find_is_a_tool_failure(monkeypatch, tmp_path):
+    monkeypatch.setenv("KPURGATORY_CACHE", str(tmp_path))
+    monkeypatch.setattr(kafka, "RELEASES", (*kafka.RELEASES, "3.9.99"))
+    with pytest.raises(kafka.KafkaReleaseError, match="Maven could not resolve Kafka 3.9.99") as raised:
+        kafka.resolve("3.9.99")
+    assert raised.value.exit_code == 3
+
+
+@pytest.fixture(scope="module", params=list(ERAS))
+def release(request) -> tuple[str, str]:
+    """(version, adapter command): resolved and compiled once per session (cached beyond it)."""
+    if shutil.which("mvn") is None or shutil.which("javac") is None:
+        pytest.skip("resolving and compiling a Kafka release needs Maven (mvn) and a JDK (javac)")
+    return request.param, kafka.adapter_command(request.param)
+
+
+def has_cancel_for_key(version: str) -> bool:
+    return kafka.version_key(version) >= (0, 11)
+
+
+class Adapter:
+    """The adapter in a process of its own, one request at a time."""
+
+    def __init__(self, command: str):
+        self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                        text=True)
+        self.seq = 0
+
+    def __call__(self, cmd: str, **args) -> dict:
+        self.seq += 1
+        self.process.stdin.write(json.dumps({"seq": self.seq, "cmd": cmd, "args": args}) + "\n")
+        self.process.stdin.flush()
+        response = json.loads(self.process.stdout.readline())
+        assert response["seq"] == self.seq
+        return response
+
+    def close(self) -> int:
+        self.process.stdin.close()
+        return self.process.wait(10)
+
+
+def test_a_release_resolves_to_its_era_and_is_cached(release):
+    version, command = release
+    resolved = kafka.resolve(version)
+    assert resolved.era == ERAS[version][0]
+    assert f"--era {resolved.era}" in command and f"--kafka-version {version}" in command
+    jars = resolved.classpath.split(":")
+    assert any(jar.endswith(f"{ERAS[version][1]}-{version}.jar") for jar in jars)
+    assert kafka.classpath_file(version).read_text().strip() == resolved.classpath
+
+
+def test_hello_names_and_declares_the_release(release):
+    version, command = release
+    adapter = Adapter(command)
+    hello = adapter("hello", protocol_version=1)["result"]
+    assert adapter.close() == 0
+    assert hello["implementation"] == f"Apache Kafka {version} ({ERAS[version][1]})"
+    assert hello["declarations"] == {"kafka_version": version}
+    assert hello["profiles"] == ["timer", "purgatory"]
+    assert set(hello["features"]) == {"concurrent", "barrier", "gates", "wheel", "watcher_keys", "delay_queue"}
+    assert hello.get("unsupported_commands", []) == ([] if has_cancel_for_key(version) else ["cancel_key"])
+
+
+def test_the_purgatory_and_its_read_outs_answer_as_kafka(release):
+    version, command = release
+    adapter = Adapter(command)
+    adapter("init", **INIT)
+    assert adapter("watch", op="a", keys=["k", "j"], delay_ms=15, ready_on=None)["result"] is False
+    assert adapter("watch", op="b", keys=[], delay_ms=5, ready_on=None)["error"] == "empty_keys"
+    assert adapter("watcher_keys")["result"] == ["j", "k"]
+    (level,) = adapter("wheel")["result"]["levels"][:1]
+    assert [(bucket["expiration_ms"], bucket["entries"]) for bucket in level["buckets"]] == [(15, ["a"])]
+    assert adapter("delay_queue")["result"] == [15]
+    assert (adapter("watched")["result"], adapter("delayed")["result"]) == (2, 1)
+    if has_cancel_for_key(version):
+        assert adapter("cancel_key", key="nothing")["result"] == []
+    else:
+        assert "has no cancelForKey" in adapter("cancel_key", key="k")["failure"]
+    assert adapter("watch", op="c", keys=["k"], delay_ms=50, ready_on=3)["result"] is False  # two tries
+    checked = adapter("check", key="k")
+    assert (checked["result"], checked["events"]) == (1, [{"event": "complete", "op": "c", "via": "check"}])
+    expired = adapter("advance", to_ms=15)
+    assert expired["events"] == [{"event": "complete", "op": "a", "via": "expire"}, {"event": "expire", "op": "a"}]
+    assert adapter("shutdown")["result"] == []
+    assert adapter.close() == 0
+
+
+def test_kafkas_unit_tests_pass_as_scenarios(release):
+    version, command = release
+    only = [option for trace_id in UNIT_TESTS for option in ("--only", trace_id)]
+    result = CliRunner().invoke(main, ["scenarios", "--kafka", version, *only], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert f"Apache Kafka {version}" in result.output
+    if not has_cancel_for_key(version):  # its test is skipped, not failed
+        assert "skipped" in result.output.splitlines()[-1]
+
+
+def test_a_short_check_passes_at_the_exact_level(release, tmp_path):
+    version, command = release
+    result = CliRunner().invoke(main, ["check", "--kafka", version, "--examples", "10", "--steps", "10", "--seed", "1",
+                                       "--out", str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+
+
+@needs_tools
+def test_0_9s_ops_keep_the_deadline_they_were_built_with_and_its_tasks_take_one_per_add():
+    """0.9's purgatory is rewired onto the virtual clock (its own timer replaced, its reaper stopped): a re-watch
+    keeps the op's first deadline, as 0.9 does on the wall clock, while a re-added task of the timer profile takes
+    now + delay again."""
+    adapter = Adapter(kafka.adapter_command("0.9.0.1"))
+    adapter("init", **INIT)
+    assert adapter("watch", op="a", keys=["k"], delay_ms=15, ready_on=None)["result"] is False
+    assert adapter("advance", to_ms=10)["events"] == []
+    assert adapter("watch", op="a", keys=["j"])["result"] is False
+    expired = adapter("advance", to_ms=15)
+    assert expired["events"] == [{"event": "complete", "op": "a", "via": "expire"}, {"event": "expire", "op": "a"}]
+    adapter("init", profile="timer", params=INIT["params"])
+    adapter("timer_add", task="t", delay_ms=5)
+    adapter("advance", to_ms=3)
+    adapter("timer_add", task="t", delay_ms=5)
+    assert adapter("advance", to_ms=7)["events"] == []
+    assert adapter("advance", to_ms=8)["events"] == [{"event": "run", "task": "t"}]
+    assert adapter.close() == 0
+
+
+@needs_tools
+def test_0_9_passes_the_whole_corpus_but_the_rules_it_lacks():
+    result = CliRunner().invoke(main, ["scenarios", "--kafka", "0.9.0.1"], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    assert "other side of KAFKA-3470" in result.output
