@@ -21,6 +21,13 @@ Where a rule is ``seen``:
                merely not assume either side;
   commands     the call does not exist before the rule: the release cannot be sent that command.
 Each rule but a lock change names the scenario or race schedule that separates its two sides.
+
+The other changes in the history of those files are not rules, because nothing the protocol can send or observe
+tells their sides apart: KAFKA-2112 (the overflow wheel's reference made volatile), KAFKA-2226 and KAFKA-2253
+(entries moving between buckets, and watch lists, made safe under races that had lost nothing a single run shows),
+KAFKA-4051 (the monotonic clock: the model's clock is virtual), KAFKA-6042 (a caller may supply the op's lock; 4.1.0
+dropped that again), the reaper's shutdown wake-up (3.2.0), the metrics and thread names, and the ports to Java of
+the timer (3.6.0) and of the purgatory (KAFKA-17890, 4.0.0), which kept the behaviour.
 """
 
 from __future__ import annotations

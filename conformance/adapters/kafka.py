@@ -171,6 +171,15 @@ def adapter_command(version: str) -> str:
     return shlex.join(command)
 
 
+def release_of(adapter: str) -> str | None:
+    """The release an ``--adapter`` command runs, when it is one `adapter_command` made: a re-run line says
+    ``--kafka VERSION`` then, not the classpath."""
+    words = shlex.split(adapter)
+    if words[:1] == [str(ADAPTER)] and "--kafka-version" in words[:-1]:
+        return words[words.index("--kafka-version") + 1]
+    return None
+
+
 def with_kafka_option(command):
     """Adds ``--kafka VERSION`` to a command that takes ``--impl`` and ``--adapter``: the same as
     ``--adapter "$(adapter_command VERSION)"``, resolved before the command runs."""

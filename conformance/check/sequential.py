@@ -39,7 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from kpurgatory.conformance.adapters import BUILTIN, one_target, system_factory
-from kpurgatory.conformance.adapters.kafka import with_kafka_option
+from kpurgatory.conformance.adapters.kafka import release_of, with_kafka_option
 from kpurgatory.conformance.adapters.subprocess import AdapterError, SubprocessSystem
 from kpurgatory.conformance.adapters.timed import TimedSystem
 from kpurgatory.conformance.check.compare import LEVELS
@@ -376,7 +376,9 @@ def coverage_table(results: list[CheckResult]) -> Table:
 
 
 def target_flags(impl: str | None, adapter: str | None, level: str) -> str:
-    flags = f"--adapter {shlex.quote(adapter)}" if adapter else f"--impl {impl}"
+    release = adapter and release_of(adapter)
+    flags = (f"--kafka {release}" if release else f"--adapter {shlex.quote(adapter)}" if adapter
+             else f"--impl {impl}")
     return flags + (f" --level {level}" if level != "exact" else "")
 
 

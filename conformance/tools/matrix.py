@@ -60,7 +60,7 @@ from kpurgatory.conformance.check.concurrent import label, run_concurrent_check
 from kpurgatory.conformance.check.sequential import DEFAULT_MAX_FAILURES, DEFAULT_TIMEOUT_S, render, run_check, \
     time_limited
 from kpurgatory.conformance.terminal import command_console, markup, safe
-from kpurgatory.conformance.traces.codec import Trace, write_traces
+from kpurgatory.conformance.traces.codec import Trace, read_traces, write_traces
 from kpurgatory.conformance.traces.replay import ReplayReport, replay, scenarios
 from kpurgatory.conformance.traces.view import asset, write_view
 from kpurgatory.model import CommandError, Model
@@ -209,6 +209,19 @@ def page_of(trace_path: Path | None, out: Path) -> dict:
     """Where a counterexample and its page are, relative to the matrix's page."""
     return {"trace": relative(trace_path, out),
             "view": relative(trace_path and trace_path.with_suffix(".html"), out)}
+
+
+def write_missing_views(data: dict, out: Path) -> int:
+    """Write the page of every counterexample the matrix links to whose trace is there but whose page is not."""
+    written = 0
+    for row in data["rows"]:
+        for result in row["cells"].values():
+            for entry in (*result["findings"], *result["failures"]):
+                if entry.get("trace") and entry.get("view") and not (out / entry["view"]).exists() \
+                        and (out / entry["trace"]).is_file():
+                    write_view(out / entry["view"], read_traces(out / entry["trace"]))
+                    written += 1
+    return written
 
 
 def cell(verdict: str, note: str, *, findings=(), failures=(), runs=0, steps=0, seconds=0.0, **more) -> dict:
@@ -778,7 +791,8 @@ VERDICT_STYLE = {"pass": "green", "finding": "yellow", "failure": "bold red", "b
                                             "redo (each row records its own date and budget): run a few releases "
                                             "at a time.")
 @click.option("--page-only", is_flag=True, help="Run nothing: write --out's index.html again from its matrix.json "
-                                                "(after a change to the page).")
+                                                "(after a change to the page), and each counterexample's page from "
+                                                "its trace where it is missing (the repository keeps the traces).")
 def matrix_command(releases, adapters, impls, checks, seed, examples, steps, threads, timeout, max_failures, out,
                    merge, page_only):
     """Run every check against every covered Kafka release (or the given systems) with one seed and a small
@@ -793,7 +807,8 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
         if data is None:
             raise click.BadParameter(f"no {out / 'matrix.json'} to make the page of", param_hint="--out")
         (out / "index.html").write_text(page(data))
-        click.echo(f"page: {safe(out / 'index.html')}")
+        views = write_missing_views(data, out)
+        click.echo(f"page: {safe(out / 'index.html')}" + (f"; {views} counterexample pages" if views else ""))
         return
     chosen = [part.strip() for part in checks.split(",") if part.strip()]
     if unknown := [part for part in chosen if part not in COLUMNS_BY_ID]:

@@ -33,6 +33,15 @@ UNIT_TESTS = ("kafka.DelayedOperationTest.testRequestSatisfaction", "kafka.Delay
 INIT = {"profile": "purgatory", "params": {"tick_ms": 1, "wheel_size": 20, "start_ms": 0, "purge_interval": 1000}}
 
 
+def test_a_rerun_line_names_the_release_rather_than_its_classpath():
+    from kpurgatory.conformance.check.sequential import target_flags
+    command = shlex.join([str(kafka.ADAPTER), "--era", "java-purgatory", "--kafka-version", "4.4.0", "/m2/a.jar"])
+    assert kafka.release_of(command) == "4.4.0"
+    assert target_flags(None, command, "contract") == "--kafka 4.4.0 --level contract"
+    assert kafka.release_of(f"{kafka.ADAPTER} /m2/a.jar") is None
+    assert target_flags(None, "node adapter.js", "exact") == "--adapter 'node adapter.js'"
+
+
 def test_a_version_that_is_no_covered_release_is_a_usage_error():
     for version in ("9.9.9", "abc", "2.8.9", "", "0.8.2.2"):  # 0.8 has no hierarchical timing wheel
         with pytest.raises(kafka.KafkaReleaseError, match="is not a Kafka release") as raised:

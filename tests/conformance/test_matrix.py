@@ -225,7 +225,24 @@ def test_the_committed_matrix_page_is_the_page_of_its_data():
     data = json.loads((folder / "matrix.json").read_text())
     assert (folder / "index.html").read_text() == matrix.page(data), \
         "docs/matrix/index.html is stale: kpurgatory matrix --page-only --out docs/matrix"
-    for row in data["rows"]:
-        for cell in row["cells"].values():
-            for entry in cell["findings"] + cell["failures"]:
-                assert (folder / entry["view"]).exists()
+    entries = [entry for row in data["rows"] for cell in row["cells"].values()
+               for entry in cell["findings"] + cell["failures"] if entry.get("trace")]
+    assert entries and all((folder / entry["trace"]).is_file() for entry in entries)
+
+
+def test_page_only_writes_the_counterexample_pages_the_repository_leaves_out(tmp_path):
+    """The repository keeps a matrix's data and traces; its pages are made from them."""
+    folder = HERE.parents[1] / "docs" / "matrix"
+    if not (folder / "matrix.json").exists():
+        pytest.skip("no committed matrix")
+    copy = tmp_path / "matrix"
+    for path in [folder / "matrix.json", *folder.glob("*/*/*.jsonl")]:
+        (copy / path.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
+        (copy / path.relative_to(folder)).write_bytes(path.read_bytes())
+    result = CliRunner().invoke(main, ["matrix", "--page-only", "--out", str(copy)])
+    assert result.exit_code == 0, result.output
+    data = json.loads((copy / "matrix.json").read_text())
+    views = [copy / entry["view"] for row in data["rows"] for cell in row["cells"].values()
+             for entry in cell["findings"] + cell["failures"] if entry.get("view")]
+    assert views and all(view.is_file() for view in views)
+    assert f"{len(set(views))} counterexample pages" in result.output
