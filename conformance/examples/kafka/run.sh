@@ -35,9 +35,9 @@ classpath=$1
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/src
 case $era in
     java-purgatory) parts=(common java-timer java-purgatory) ;;
-    scala-purgatory-java-timer) parts=(common java-timer scala-purgatory) ;;
-    scala-purgatory-scala-timer) parts=(common scala-wheel scala-timer scala-purgatory) ;;
-    scala-purgatory-0.9) parts=(common scala-wheel scala-purgatory-0.9) ;;
+    scala-purgatory-java-timer) parts=(common java-timer scala-ops scala-purgatory) ;;
+    scala-purgatory-scala-timer) parts=(common scala-wheel scala-timer scala-ops scala-purgatory) ;;
+    scala-purgatory-0.9) parts=(common scala-wheel scala-ops scala-purgatory-0.9) ;;
     *) echo "run.sh: unknown era '$era'"$'\n'"$usage" >&2; exit 2 ;;
 esac
 sources=()

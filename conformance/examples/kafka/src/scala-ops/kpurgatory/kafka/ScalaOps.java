@@ -1,22 +1,20 @@
 package kpurgatory.kafka;
 
-import kafka.server.DelayedOperation;
-
 /**
- * The Scala purgatory's tasks and ops, for releases whose DelayedOperation takes an optional lock (from 0.11.0.2):
- * None, so that each op gets a lock of its own. A timer task is an op whose run is a run event, because the Scala
- * timer's TimerTask is a trait a Java class cannot mix in the same way under every Scala version.
+ * The Scala purgatory's tasks and ops, on {@link ScalaOperation} (Kafka's DelayedOperation with the constructor the
+ * release has). A timer task is an op whose run is a run event, because the Scala timer's TimerTask is a trait a Java
+ * class cannot mix in the same way under every Scala version.
  */
 final class ScalaOps {
     private ScalaOps() {
     }
 
-    static class Task extends DelayedOperation implements Operations.Scheduled {
+    static class Task extends ScalaOperation implements Operations.Scheduled {
         private final String id;
         private final long delayMs;
 
         Task(String id, long delayMs) {
-            super(delayMs, scala.Option.empty());
+            super(delayMs);
             this.id = id;
             this.delayMs = delayMs;
         }
@@ -50,11 +48,11 @@ final class ScalaOps {
         }
     }
 
-    static class Op extends DelayedOperation implements Operations.Delayed {
+    static class Op extends ScalaOperation implements Operations.Delayed {
         private final Operations.Script script;
 
         Op(Operations.Script script) {
-            super(script.delayMs(), scala.Option.empty());
+            super(script.delayMs());
             this.script = script;
         }
 
