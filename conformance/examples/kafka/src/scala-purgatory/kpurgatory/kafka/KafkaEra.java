@@ -16,7 +16,8 @@ import java.util.List;
  * The Scala purgatory's era (kafka.server, 0.10.0 to 3.9), on either timer. Its API moved a little across those
  * releases, so what moved is called by reflection: the constructor (timerEnabled from 0.11.0.0; the timer's type
  * changed at 3.6), cancelForKey (from 0.11.0.0) and numDelayed (delayed before 2.4.0). The ops' constructor changed
- * too (an optional lock from 0.11.0.2), which a subclass must name: run.sh compiles the {@code ScalaOperation} base for the build.
+ * too (an optional lock from 0.11.0.2), which a subclass must name: run.sh compiles the {@code ScalaOperation} base
+ * that matches the build.
  */
 final class KafkaEra implements Era {
     private static final Method CANCEL_FOR_KEY = method("cancelForKey", Object.class);
