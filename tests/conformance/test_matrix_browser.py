@@ -14,32 +14,14 @@ from click.testing import CliRunner
 from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.tools.matrix import CSS
 from kpurgatory.conformance.traces.codec import read_traces
-from kpurgatory.conformance.traces.view_bench import CHROMIUM, launch_chromium
+from kpurgatory.conformance.traces.view_bench import CHROMIUM
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install '.[view]')")
+pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install '.[view]')")
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"no Chromium at {CHROMIUM} (apt-get install "
                                                                      f"chromium)")
 
 HERE = Path(__file__).parent
 HOSTILE_NAME = "<script>document.body.setAttribute('data-pwned', 1)</script>"  # no '=': NAME=... splits there
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(error))
-    yield page
-    page.close()
-    assert not errors, errors
 
 
 @pytest.fixture(scope="module")

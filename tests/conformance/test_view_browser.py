@@ -13,34 +13,16 @@ from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
 from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.conformance.traces.view import property_words, write_view
-from kpurgatory.conformance.traces.view_bench import CHROMIUM, launch_chromium
+from kpurgatory.conformance.traces.view_bench import CHROMIUM
 from kpurgatory.model import contract
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import Violation
 
 LANE, TOP = 26, 22  # the lanes' geometry in view.js
 
-sync_api = pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install '.[view]')")
+pytest.importorskip("playwright.sync_api", reason="Playwright is not installed (pip install '.[view]')")
 pytestmark = pytest.mark.skipif(not shutil.which(CHROMIUM), reason=f"no Chromium at {CHROMIUM} (apt-get install "
                                                                      f"chromium)")
-
-
-@pytest.fixture(scope="module")
-def browser():
-    with sync_api.sync_playwright() as playwright:
-        browser = launch_chromium(playwright)
-        yield browser
-        browser.close()
-
-
-@pytest.fixture
-def page(browser):
-    page = browser.new_page(viewport={"width": 1400, "height": 1000})
-    errors = []
-    page.on("pageerror", lambda error: errors.append(error))
-    yield page
-    page.close()
-    assert not errors, errors
 
 
 def artifacts() -> Path:
