@@ -39,11 +39,24 @@ SUBCOMMANDS: dict[str, str] = {
     "view": "kpurgatory.conformance.traces.view:view_command",
     "view-bench": "kpurgatory.conformance.traces.view_bench:view_bench_command",
     "validate-traces": "kpurgatory.conformance.spark.validate:validate_command",
+    "vectors": "kpurgatory.conformance.tools.vectors:vectors_command",
     "record": "kpurgatory.conformance.spark.record:record_command",
     "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",
     "spark-bench": "kpurgatory.conformance.spark.bench:bench_command",
     "prove": "kpurgatory.specs.cli:prove_command",
 }
+
+
+class Unwritable(click.ClickException):
+    """An output that cannot be written (a read-only folder, a full disk): one line, exit 3."""
+
+    exit_code = 3
+
+    def __init__(self, what: object, error: OSError | str):
+        reason = error if isinstance(error, str) else error.strerror or str(error)
+        if isinstance(error, OSError) and error.filename and str(error.filename) != str(what):
+            reason = f"{error.filename}: {reason}"  # a folder on the way
+        super().__init__(f"cannot write {safe(what)}: {safe(reason)}")
 
 
 class Interrupted(BaseException):

@@ -25,6 +25,11 @@ def safe(text: object) -> str:
     return CONTROL.sub(lambda match: match.group().encode("unicode_escape").decode("ascii"), str(text))
 
 
+def counted(count: int, noun: str) -> str:
+    """``1 step``, ``2 steps``, ``1,000 steps``."""
+    return f"{count:,} {noun}{'' if count == 1 else 's'}"
+
+
 def markup(text: object) -> str:
     """`safe`, and escaped for Rich markup: the text prints as itself inside a markup string."""
     return escape(safe(text))

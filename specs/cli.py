@@ -8,12 +8,14 @@ import os
 import sys
 import tempfile
 import time
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from pathlib import Path
 
 import click
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from kpurgatory.conformance.traces.codec import write_traces
@@ -23,16 +25,45 @@ from kpurgatory.specs.core import (BOUND, PROVED, REFUTED, Obligation, Outcome, 
 STYLE = {PROVED: "green", BOUND: "cyan", REFUTED: "yellow"}
 
 
-def run_obligations(obligations: list[Obligation], jobs: int) -> dict[str, Outcome]:
-    """Run the obligations (the expensive ones first when in parallel); results by name, in document order."""
+def run_obligations(obligations: list[Obligation], jobs: int,
+                    show: Callable[[list[str], int], None] = lambda running, done: None) -> dict[str, Outcome]:
+    """Run the obligations (the expensive ones first when in parallel), telling ``show`` which are running and how
+    many are done whenever that changes; results by name, in document order."""
     if jobs <= 1 or len(obligations) <= 1:
-        return {ob.name: run_one(ob) for ob in obligations}
+        results = {}
+        for ob in obligations:
+            show([ob.name], len(results))
+            results[ob.name] = run_one(ob)
+        return results
     order = sorted(obligations, key=lambda ob: -ob.cost)
     context = multiprocessing.get_context("fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn")
+    results, running = {}, {}
     with ProcessPoolExecutor(max_workers=jobs, mp_context=context) as pool:
-        futures = {ob.name: pool.submit(run_named, ob.name) for ob in order}
-        results = {name: future.result() for name, future in futures.items()}
+        while order or running:  # never more submitted than workers, so what is submitted is what runs
+            while order and len(running) < jobs:
+                name = order.pop(0).name
+                running[pool.submit(run_named, name)] = name
+            show(list(running.values()), len(results))
+            finished, _ = wait(running, return_when=FIRST_COMPLETED)
+            for future in finished:
+                results[running.pop(future)] = future.result()
     return {ob.name: results[ob.name] for ob in obligations}
+
+
+def run_with_progress(obligations: list[Obligation], jobs: int) -> dict[str, Outcome]:
+    """`run_obligations` with a progress bar on stderr naming the obligations being discharged (terminals only:
+    logs and pipes get the report alone)."""
+    console = Console(stderr=True)
+    if not console.is_terminal:
+        return run_obligations(obligations, jobs)
+    with Progress(TextColumn("proving"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                  TextColumn("{task.description}"), console=console, transient=True) as progress:
+        task = progress.add_task("", total=len(obligations))
+
+        def show(running: list[str], done: int) -> None:
+            progress.update(task, completed=done, description=escape(", ".join(running)), refresh=True)
+
+        return run_obligations(obligations, jobs, show)
 
 
 def write_refutations(obligations: list[Obligation], outcomes: dict[str, Outcome], out: Path) -> dict[str, list[str]]:
@@ -126,7 +157,7 @@ def prove_command(as_json_flag: bool, out: Path | None, only: tuple[str, ...], j
             click.echo(f"{ob.name}  [{ob.kind}, expected {ob.expect}]\n  domain: {ob.domain}\n  {ob.statement}\n")
         return
     start = time.perf_counter()
-    outcomes = run_obligations(obligations, jobs)
+    outcomes = run_with_progress(obligations, jobs)
     seconds = time.perf_counter() - start
     paths = write_refutations(obligations, outcomes, out or Path(tempfile.mkdtemp(prefix="kpurgatory-prove-")))
     report = as_json(obligations, outcomes, paths, seconds)

@@ -11,10 +11,13 @@ protocol's ``failure`` response). After any of them but the last the system is d
 killed and every later call raises the same error. A ``failure`` ends the run, not the adapter: the next ``init``
 starts a fresh one, as the protocol says, so a system that throws on some input is not restarted for every run.
 
-The harness owns the adapter's whole process tree: the adapter starts in a new session, so it and everything it
-forks share one process group, and that group is killed on every way out — `close` after a normal end, any break,
-and the harness's own exit (an ``atexit`` hook; ``kpurgatory`` turns SIGTERM and SIGINT into an orderly exit that
-runs it). A descendant that starts a session of its own leaves the group and is beyond reach.
+The harness owns the adapter's whole process tree: the adapter runs under a keeper (`keeper`, in a new session),
+which on Linux is a child subreaper, so that everything the adapter starts stays below it — daemons that call
+setsid() and double-fork included — and is killed with the adapter on every way out: the adapter's exit, `close`
+after a normal end, any break, and the harness's own exit (an ``atexit`` hook; ``kpurgatory`` turns SIGTERM and
+SIGINT into an orderly exit that runs it; a harness killed outright closes the keeper's control socket all the
+same). Without a subreaper (macOS) the keeper kills the adapter's process group: a descendant that starts a session
+of its own leaves it and is beyond reach.
 
 Stdout is read line by line by a thread that hands each response to the request whose seq it echoes, so a
 per-request timeout is a bounded ``queue.get`` and several threads may wait at once: an adapter whose hello lists the
@@ -32,10 +35,13 @@ import os
 import queue
 import shlex
 import signal
+import socket
 import subprocess
+import sys
 import threading
 import time
 import weakref
+from pathlib import Path
 from typing import ClassVar
 
 from kpurgatory.conformance.adapters.gates import GateSpec
@@ -51,6 +57,12 @@ STDERR_TAIL_BYTES = 8192
 EXIT_GRACE_S = 2.0
 #: how often a waiting request looks whether the adapter is still alive
 POLL_S = 0.05
+#: how long the keeper gets to start the adapter, and to kill its tree once asked; it is killed after that
+KEEPER_GRACE_S = 30.0
+#: the least time the first request (hello) gets: its answer waits for the adapter's start-up too (an interpreter or
+#: a JVM, on a loaded machine), which --timeout, a bound on one request, is not meant to cover
+STARTUP_S = 30.0
+KEEPER = Path(__file__).with_name("keeper.py")
 
 #: every adapter process still running, killed with its group if the harness exits without closing it
 LIVE: weakref.WeakSet[SubprocessSystem] = weakref.WeakSet()
@@ -116,12 +128,26 @@ class SubprocessSystem:
         self.waiting: dict[int, queue.Queue[bytes | None]] = {}
         self.sending, self.routing = threading.Lock(), threading.Lock()
         self.stderr_tail = b""
+        self.control, keeper_end = socket.socketpair()  # closing it, or the harness exiting, stops the keeper
         try:
-            self.process = subprocess.Popen(shlex.split(command), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                            stderr=subprocess.PIPE, start_new_session=True)
+            self.process = subprocess.Popen([sys.executable, "-I", "-S", str(KEEPER), str(keeper_end.fileno()),
+                                             *shlex.split(command)],
+                                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                            start_new_session=True, pass_fds=[keeper_end.fileno()])
         except (OSError, ValueError) as error:
+            self.control.close()
             raise AdapterCrashed(f"cannot start {command!r}: {error}") from None
+        finally:
+            keeper_end.close()
         LIVE.add(self)
+        self.control.settimeout(KEEPER_GRACE_S)
+        try:
+            started = self.control.recv(4096).decode(errors="replace").strip()  # empty once the adapter runs
+        except TimeoutError:
+            started = f"its keeper did not start it within {KEEPER_GRACE_S:g} s"
+        if started:
+            self._kill()
+            raise AdapterCrashed(f"cannot start {command!r}: {started}")
         self.readers = [threading.Thread(target=self._read_stdout, daemon=True),
                         threading.Thread(target=self._read_stderr, daemon=True)]
         for reader in self.readers:
@@ -218,15 +244,15 @@ class SubprocessSystem:
                 sent = False
         if not sent:
             raise self._crashed(what)
-        line = self._await(answer, what)
+        line = self._await(answer, what, self.timeout if seq else max(self.timeout, STARTUP_S))
         if line is None:
             raise self._crashed(what)
         return self._decode(line, seq, what)
 
-    def _await(self, answer: queue.Queue[bytes | None], what: str) -> bytes | None:
+    def _await(self, answer: queue.Queue[bytes | None], what: str, timeout: float) -> bytes | None:
         """The response line; None when the adapter exited without giving it (even if a process it started still
         holds its stdout open, so no end of file comes)."""
-        deadline = time.monotonic() + self.timeout
+        deadline = time.monotonic() + timeout
         exited_at = None
         while (left := deadline - time.monotonic()) > 0:
             try:
@@ -240,8 +266,8 @@ class SubprocessSystem:
                 if time.monotonic() - exited_at > EXIT_GRACE_S / 4:  # what it wrote before exiting has been read
                     return None
         killed = self._kill()
-        raise self._break(AdapterTimedOut(f"no response to {what} within {self.timeout:g} s; "
-                                          + ("killed its process group" if killed else "it had already exited"),
+        raise self._break(AdapterTimedOut(f"no response to {what} within {timeout:g} s; "
+                                          + ("killed it and all it started" if killed else "it had already exited"),
                                           self._stderr()))
 
     def _decode(self, line: bytes, seq: int, what: str) -> dict:
@@ -281,15 +307,15 @@ class SubprocessSystem:
         return self.broken
 
     def _kill(self) -> bool:
-        """Kill the adapter's process group (the adapter and whatever it started); whether the adapter itself was
-        still running."""
+        """Kill the adapter and whatever it started; whether the adapter was still running."""
         running = self.process.poll() is None
-        if self in LIVE:  # once: afterwards the group is empty and its id may be reused
+        if self in LIVE:  # once
             LIVE.discard(self)
+            self.control.close()  # the keeper kills the tree, then exits
             try:
+                self.process.wait(KEEPER_GRACE_S)
+            except subprocess.TimeoutExpired:  # a keeper that cannot run: its group, at least
                 os.killpg(self.process.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):  # the group is empty (PermissionError: macOS says so)
-                pass
         self.process.wait()
         return running
 

@@ -8,16 +8,22 @@ thread spinning in a loop would take the interpreter lock from every later examp
 `Interrupted` inside it (``PyThreadState_SetAsyncExc``): a loop in Python code stops at its next bytecode. A worker
 blocked in native code (a deadlock on a lock, a sleep) holds no interpreter lock and is left behind as a daemon
 thread; one spinning in native code while holding the lock would freeze the interpreter, which only a subprocess
-adapter (``--adapter "python -m kpurgatory.conformance.adapters.stdio MODULE:FACTORY"``) survives.
+adapter (``--adapter "python -m kpurgatory.conformance.adapters.stdio MODULE:FACTORY"``) survives. A system that
+raises ``SystemExit`` or ``KeyboardInterrupt`` has them raised in the caller, as its other exceptions; an interruption
+of the caller while it waits (SIGINT, SIGTERM) leaves the call running, so the system counts as hung from then on.
+
+`limited` is the same limit for code that must run on the caller's thread (the reference model, whose state the
+caller reads): a watchdog thread raises `TimeLimit` in it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import queue
 import threading
 import time
-from typing import Callable, TypeVar
+from typing import Callable, Iterator, TypeVar
 
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.adapters.subprocess import AdapterTimedOut
@@ -53,7 +59,8 @@ class TimedSystem:
         return self._call(command.name, lambda: self.system.step(command))
 
     def close(self) -> None:
-        """Close the system on its thread, unless it hung (then nothing more is asked of it)."""
+        """Close the system on its thread, unless it hung (then nothing more is asked of it, and its thread is left
+        behind: closing never waits for a hung system)."""
         if self.broken is None:
             try:
                 self._call("close", self.system.close)
@@ -68,13 +75,19 @@ class TimedSystem:
         try:
             returned, value = answer.get(timeout=self.timeout)
         except queue.Empty:
-            self.broken = AdapterTimedOut(f"no answer to {what} within {self.timeout:g} s; interrupted it")
-            self.calls.put(None)
-            self._interrupt()
+            self._abandon(AdapterTimedOut(f"no answer to {what} within {self.timeout:g} s; interrupted it"))
             raise self.broken from None
+        except BaseException:  # the caller was interrupted: the call may never end
+            self._abandon(AdapterTimedOut(f"{what} was interrupted before it answered"))
+            raise
         if returned:
             return value
         raise value
+
+    def _abandon(self, error: AdapterTimedOut) -> None:
+        self.broken = error
+        self.calls.put(None)
+        self._interrupt()
 
     def _interrupt(self) -> None:
         """Raise `Interrupted` in the worker until it ends: one raised inside a garbage collector callback or a
@@ -92,7 +105,64 @@ class TimedSystem:
                 call, answer = request
                 try:
                     answer.put((True, call()))
-                except Exception as error:  # the system's own exception: the caller's to report
+                except Interrupted:
+                    raise
+                except BaseException as error:  # the system's own, SystemExit too: the caller's to report
                     answer.put((False, error))
         except Interrupted:
             pass
+
+
+class TimeLimit(BaseException):
+    """Raised in a thread whose `limited` block outlived its time limit (a BaseException, as `Interrupted`)."""
+
+
+class Watchdog:
+    """One daemon thread that raises `TimeLimit` in each thread whose deadline passed (``deadlines``: thread id ->
+    its deadline on the monotonic clock), and again every `INTERRUPT_S` / 5 until its block ends (``fired``): one
+    raised inside a garbage collector callback or a ``__del__`` is printed and ignored."""
+
+    def __init__(self) -> None:
+        self.changed = threading.Condition()
+        self.deadlines: dict[int, float] = {}
+        self.fired: set[int] = set()
+        self.thread: threading.Thread | None = None
+
+    @contextlib.contextmanager
+    def limit(self, timeout: float) -> Iterator[None]:
+        ident = threading.get_ident()
+        with self.changed:
+            self.deadlines[ident] = time.monotonic() + timeout
+            if self.thread is None:
+                self.thread = threading.Thread(target=self._watch, daemon=True, name="time limits")
+                self.thread.start()
+            self.changed.notify()
+        try:
+            yield
+        finally:
+            with self.changed:
+                del self.deadlines[ident]
+                if ident in self.fired:  # a TimeLimit may still be on its way: the block is over
+                    self.fired.discard(ident)
+                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+
+    def _watch(self) -> None:
+        with self.changed:
+            while True:
+                now = time.monotonic()
+                for ident, deadline in self.deadlines.items():
+                    if deadline <= now:
+                        self.fired.add(ident)
+                        self.deadlines[ident] = now + INTERRUPT_S / 5
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
+                                                                   ctypes.py_object(TimeLimit))
+                self.changed.wait(min(self.deadlines.values(), default=now + 60) - now)
+
+
+WATCHDOG = Watchdog()
+
+
+def limited(timeout: float | None) -> contextlib.AbstractContextManager[None]:
+    """A block on the calling thread that raises `TimeLimit` once it ran ``timeout`` seconds (None: no limit). The
+    exception arrives at the block's next Python bytecode: a loop in native code is not stopped."""
+    return contextlib.nullcontext() if timeout is None else WATCHDOG.limit(timeout)

@@ -77,7 +77,7 @@ from kpurgatory.conformance.adapters.interleave import preempted
 from kpurgatory.conformance.adapters.subprocess import AdapterTimedOut, SubprocessSystem
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.check.findings import Signature
-from kpurgatory.conformance.terminal import command_console, markup
+from kpurgatory.conformance.terminal import command_console, counted, markup
 from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, write_traces
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.releases import Release
@@ -1177,13 +1177,13 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on
             plain(f"shrunk from {report.shrunk_from} to {len(report.history.steps)} calls")
         console.print(violations_table(report.violations))
         console.print(history_table(report.history, report.violations))
-        plain(f"met again in {report.repeats} later histories")
+        plain(f"met again in {report.repeats} later {'history' if report.repeats == 1 else 'histories'}")
         if report.path is not None:
             plain(f"history:        {report.path}\nwhole table:    {report.path.with_suffix('.txt')}\n"
                   f"view:           {report.path.with_suffix('.html')}\n"
                   f"check it:       kpurgatory check-history {report.path}")
     if result.failures or result.findings:
-        plain(f"{len(result.failures)} distinct failures, {len(result.findings)} Kafka findings")
+        plain(f"{counted(len(result.failures), 'distinct failure')}, {counted(len(result.findings), 'Kafka finding')}")
     if result.aborted is not None:
         plain(f"stopped early: {result.aborted}")
     if not result.passed:
@@ -1192,9 +1192,8 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on
 
 def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int, seed: int,
                        timeout: float, out: Path, rerun: str, max_failures: int = MAX_FAILURES,
-                       fail_on_findings: bool = False) -> int:
-    """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report. Its exit code: 0
-    passed, 1 the system failed, 3 the system could not be made afresh after it failed, and nothing else failed."""
+                       fail_on_findings: bool = False) -> ConcurrentResult:
+    """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report."""
     console = command_console()
     console.print(f"checking concurrently: the race schedules, then {runs} runs of {steps} rounds, each round "
                   f"{threads} worker threads (one or two calls in flight each) and a clock thread started together; "
@@ -1206,7 +1205,22 @@ def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, 
                                       out_dir=out, max_failures=max_failures, fail_on_findings=fail_on_findings,
                                       on_run=lambda done, calls: progress.update(task, completed=done, calls=calls))
     print_result(console, result, rerun, fail_on_findings)
+    return result
+
+
+def exit_code(result: ConcurrentResult) -> int:
+    """0 passed, 1 the system failed, 3 the system could not be made afresh after it failed, and nothing else
+    failed."""
     return 0 if result.passed else 1 if result.history is not None else 3
+
+
+def failure_text(result: ConcurrentResult) -> str:
+    """What failed a concurrent check as plain text (for a JUnit report): each failure's violations and history."""
+    reports = result.failures or result.findings
+    text = "\n".join([f"{label(report.signature)}: {report.violations[0].message}" for report in reports]
+                     + [f"--- {label(report.signature)}" + (f" ({report.path})" if report.path else "") + "\n"
+                        + render(report.history, report.violations) for report in reports])
+    return text or result.aborted or "failed"
 
 
 @click.command("check-history")

@@ -41,6 +41,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multi
 
 from kpurgatory.conformance.check import findings, strategies
 from kpurgatory.conformance.adapters.subprocess import AdapterError
+from kpurgatory.conformance.adapters.timed import TimeLimit, limited
+from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.findings import Finding, Signature
 from kpurgatory.conformance.check.coverage import Before, Coverage, entry_places
 from kpurgatory.conformance.traces.replay import SYSTEM, StepChecker, StepOutcome, format_command
@@ -51,10 +53,18 @@ from kpurgatory.model.machine import CommandError
 from kpurgatory.model import vocabulary as v
 
 
-#: while a hang is shrunk, a call that takes HANG_FACTOR times the slowest answer seen so far (and at least
-#: HANG_FLOOR_S) counts as hung; the shrunk run is then confirmed with the full limit
-HANG_FACTOR = 20
-HANG_FLOOR_S = 0.25
+#: a hang, found under the full time limit, is shrunk under the same limit (a shorter one derived from the answers'
+#: speed would make the verdict depend on the machine's load), so each run that hangs costs the limit: after this many
+#: while a failure is shrunk, shrinking stops and the shortest failing run so far is reported, marked as not fully
+#: shrunk; after this many more with failures already reported, exploration stops
+HANG_BUDGET = 8
+
+
+#: what an in-process system may raise instead of answering: its own exceptions, and its ``sys.exit()`` or
+#: ``raise KeyboardInterrupt`` (a real Ctrl-C is `Interrupted` while a check runs), a crash of the system like any other
+SYSTEM_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
+#: the signature kind of a run the reference model itself failed on
+REFERENCE_BROKE = "reference broke"
 
 
 class Stop(BaseException):
@@ -70,6 +80,13 @@ class Stop(BaseException):
         self.params, self.summary, self.error = params, summary, error
         self.signature, self.finding = signature, finding
         self.steps, self.outcomes = list(steps), list(outcomes)
+        #: why shrinking stopped before it was done (an interruption, the hang budget); None: it was done
+        self.unfinished: str | None = None
+
+    def mark_unfinished(self, reason: str) -> None:
+        """Mark it as not fully shrunk, for ``reason``."""
+        self.unfinished = reason
+        self.summary += f" (not fully shrunk: {reason})"
 
 
 class Divergence(Stop, Exception):
@@ -80,6 +97,22 @@ class Divergence(Stop, Exception):
 class Abort(Stop):
     """The system could not be made afresh (its factory or hello failed). Not an Exception, so Hypothesis neither
     shrinks nor retries it: it ends the whole check."""
+
+
+class Cut(KeyboardInterrupt):
+    """Shrinking (or, ``final``, the whole exploration) stops early: `HANG_BUDGET` runs hung. ``reason`` says why, for
+    the report. A KeyboardInterrupt is what ends Hypothesis's run at once without recording the example as one that
+    stopped drawing there: any other exception is recorded, and an example that once went on past the same choices
+    (a run that hung with a known signature, before the budget was spent) then makes Hypothesis raise Flaky."""
+
+    def __init__(self, reason: str, final: bool = False):
+        super().__init__(reason)
+        self.reason, self.final = reason, final
+
+
+class ReferenceBroke(Stop):
+    """The reference model itself raised or hung on the run's last step: a bug in kpurgatory, not in the system.
+    Reported with the run that triggers it, unshrunk (not an Exception: it ends the check)."""
 
 
 @attrs.define(eq=False)
@@ -109,39 +142,64 @@ class Session:
     first: Divergence | None = None
     #: signatures reported so far -> how many later runs failed with them again (and passed, so as to go on)
     known: dict[Signature, int] = attrs.Factory(dict)
-    #: the slowest answer to a command so far, in seconds
-    slowest_s: float = 0.0
-    #: while a hang is shrunk: the shorter time limit each call gets (`HANG_FACTOR`)
-    shrink_limit: float | None = None
-    #: the system's own time limit per call (None: it has none)
-    own_limit: float | None = attrs.field(init=False)
+    #: runs that may hang while a failure is shrunk, and while exploring after it (`HANG_BUDGET`)
+    hang_budget: int = HANG_BUDGET
+    #: runs that hung while this round's failure was shrunk, and while exploring with their failure already reported
+    shrink_hangs: int = 0
+    hangs_again: int = 0
+    #: the reference model's time limit per step (None: none), as the system's calls have one
+    model_timeout: float | None = None
+    #: the signal that interrupted the check (SIGINT, SIGTERM): every later step raises `Interrupted` again, so an
+    #: interruption that something on the way swallowed still ends the check at the next step
+    interrupted: str | None = None
+    #: Hypothesis runs examples (`conformance.check.sequential.explore`)
+    exploring: bool = False
+    #: why exploration ended before its budget (`Cut`)
+    cut_short: str | None = None
 
     def __attrs_post_init__(self) -> None:
         self.coverage = Coverage(self.profile)
-        self.own_limit = getattr(self.system, "timeout", None)
 
     def new_round(self) -> None:
         self.failing = self.shrinking = False
         self.shortest = self.first = None
-        self.limit_calls(None)
+        self.shrink_hangs = 0
 
-    def failed(self, stop: Stop) -> None:
+    def failed(self, stop: Divergence) -> None:
+        """Record this round's failure ``stop``; raises `Cut` when it is one hang too many while shrinking."""
         if self.first_failure_s is None:
             self.first_failure_s = time.monotonic() - self.started
         if not self.failing:
             self.first = stop
-            if stop.signature.kind == "hung":
-                self.limit_calls(max(HANG_FLOOR_S, HANG_FACTOR * self.slowest_s))
         self.failing = True
-        if isinstance(stop, Divergence) and (self.shortest is None or len(stop.steps) <= len(self.shortest.steps)):
+        if stop.signature == self.first.signature and (self.shortest is None
+                                                       or len(stop.steps) <= len(self.shortest.steps)):
             self.shortest = stop
+        if stop is not self.first and stop.signature.kind == "hung":
+            self.hung()
 
-    def limit_calls(self, limit: float | None) -> None:
-        """Shrinking a hang costs the time limit for every attempt that hangs, so meanwhile each call gets
-        ``limit`` (when shorter than the system's own); None restores the system's own limit."""
-        self.shrink_limit = limit
-        if self.own_limit is not None:
-            self.system.timeout = self.own_limit if limit is None else min(limit, self.own_limit)
+    def hung(self) -> None:
+        """Count a run that hung (but for a round's first failure, the hang found); raises `Cut` when the budget is
+        spent."""
+        if self.failing:
+            self.shrink_hangs += 1
+            if self.shrink_hangs >= self.hang_budget:
+                raise Cut(f"shrinking stopped after {self.shrink_hangs} runs that hung")
+        else:
+            self.hangs_again += 1
+            if self.hangs_again >= self.hang_budget:
+                raise Cut(f"exploration stopped after {self.hangs_again} runs that hung with a failure already "
+                          f"reported", final=True)
+
+    def go_on(self) -> None:
+        """Raise `Interrupted` again if the check was interrupted (sticky: see ``interrupted``)."""
+        if self.interrupted is not None:
+            raise Interrupted(self.interrupted)
+
+    def best_so_far(self) -> Divergence | None:
+        """This round's failure as far as it was shrunk (None: none was found): the shortest run that failed with its
+        signature."""
+        return self.shortest or self.first
 
     def renew(self, params: v.Params) -> None:
         """A fresh system in place of a dead one (``broken``: a crashed, hung or garbled adapter, a hung in-process
@@ -158,7 +216,6 @@ class Session:
         except Exception as error:
             summary = f"could not make a fresh system after a failure: {error}"
             raise Abort(params, [], [], summary, Signature("restart failed", "", ""), summary) from None
-        self.limit_calls(self.shrink_limit)
 
     def example_done(self, steps: int) -> None:
         if self.shrinking:
@@ -207,10 +264,11 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.gaps = strategies.gaps(params)
         readable = [command for command in self.READS if session.hello.drives(command)]
         self.reads = st.sampled_from(readable) if readable else None
+        session.go_on()
         session.renew(params)
         try:
             session.system.init(self.profile, params)
-        except Exception as error:
+        except SYSTEM_ERRORS as error:
             self.failed_to_answer(None, None, error)
 
     def execute(self, command: v.Command) -> None:
@@ -219,22 +277,21 @@ class ConformanceMachine(RuleBasedStateMachine):
         if self.stopped:
             return
         session = self.session
+        session.go_on()
         before = None if session.failing else Before.of(self.model, command)
         self.kafka.before(self.model, command)
-        expected = self.model.step(command)
+        expected = self.expect(command)
         self.edge = self.kafka.after(self.model, command, expected)
         if (known := findings.foreseen(self.edge, command, expected, session.known)) is not None:
             self.stopped = True  # a known hang: sending the step would cost a time limit and a fresh system
             session.known[known.signature] += 1
             return
         self.steps.append(Step(len(self.steps) + 1, command, expected))
-        called = time.monotonic()
         try:
             observed = session.system.step(command)
-        except Exception as error:
+        except SYSTEM_ERRORS as error:
             self.failed_to_answer(command, expected, error)
             return
-        session.slowest_s = max(session.slowest_s, time.monotonic() - called)
         failures = self.checker.check(command, expected, observed)
         self.outcomes.append(StepOutcome(len(self.steps), command, expected, None, observed, tuple(failures)))
         if before is not None:
@@ -243,7 +300,26 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.fail(f"step {len(self.steps)} ({format_command(command)}): " + "; ".join(map(str, failures)),
                       findings.failure_signature(command, failures[0].what), command, expected, observed, None)
 
-    def failed_to_answer(self, command: v.Command | None, expected: v.Observation | None, error: Exception) -> None:
+    def expect(self, command: v.Command) -> v.Observation:
+        """The model's observation of ``command``, within the reference's time limit. A model that hangs or raises
+        (but for `CommandError`: these rules sent a malformed command, which `rerun` relies on) ends the check with
+        `ReferenceBroke`: no verdict about the system can rest on it."""
+        try:
+            with limited(self.session.model_timeout):
+                return self.model.step(command)
+        except CommandError:
+            raise
+        except (Exception, TimeLimit) as error:
+            failure = (f"hung: no answer within {self.session.model_timeout:g} s" if isinstance(error, TimeLimit)
+                       else f"raised {type(error).__name__}: {error}")
+            summary = (f"step {len(self.steps) + 1} ({format_command(command)}): the reference model {failure}; this "
+                       f"is a bug in kpurgatory, not in the implementation")
+            step = Step(len(self.steps) + 1, command, v.Observation())  # the model has no observation of it
+            raise ReferenceBroke(self.params, [*self.steps, step], self.outcomes, summary,
+                                 Signature(REFERENCE_BROKE, command.name, type(error).__name__), summary) from None
+
+    def failed_to_answer(self, command: v.Command | None, expected: v.Observation | None,
+                         error: BaseException) -> None:
         """The system raised, or its adapter broke (`AdapterError`), in ``command`` (None: in init): a failure like
         any other, and shrinkable."""
         described = str(error) if isinstance(error, AdapterError) else f"{type(error).__name__}: {error}"
@@ -252,7 +328,7 @@ class ConformanceMachine(RuleBasedStateMachine):
                   None, error)
 
     def fail(self, summary: str, signature: Signature, command: v.Command | None, expected: v.Observation | None,
-             observed: v.Observation | None, error: Exception | None) -> None:
+             observed: v.Observation | None, error: BaseException | None) -> None:
         """End the run at a failure: raise it for Hypothesis to shrink, unless its signature is already reported."""
         self.stopped = True
         finding = findings.recognise(self.edge, command, expected, observed, error)
@@ -260,6 +336,8 @@ class ConformanceMachine(RuleBasedStateMachine):
             signature, summary = finding.signature, f"{finding}. {summary}"
         if signature in self.session.known:
             self.session.known[signature] += 1
+            if signature.kind == "hung":
+                self.session.hung()
             return
         stop = Divergence(self.params, self.steps, self.outcomes, summary, signature,
                           summary if error is not None else None, finding)
@@ -487,30 +565,24 @@ def rerun(session: Session, params: v.Params, commands: list[v.Command]) -> Dive
 
 
 def minimise(session: Session, stop: Divergence) -> Divergence:
-    """``stop`` with every step deleted whose deletion keeps its signature (each step tried once, last first):
-    Hypothesis's shrinker works on the choices that made the run and now and then leaves a step it could not
-    delete without changing another; the run's own commands can always be tried without it."""
-    position = len(stop.steps) - 2
-    while position >= 0:
-        commands = [step.command for step in stop.steps]
-        again = rerun(session, stop.params, commands[:position] + commands[position + 1:])
-        session.shrink_runs += 1
-        if again is not None and again.signature == stop.signature and len(again.steps) < len(stop.steps):
-            stop = again
-            position = min(position, len(stop.steps) - 1)
-        position -= 1
-    return stop
-
-
-def confirm(session: Session, stop: Divergence) -> Divergence:
-    """A hang shrunk under the shorter limit, re-run with the system's own: it if it still hangs, else the round's
-    first failure (which hung under the full limit)."""
-    if session.shrink_limit is None or stop.signature.kind != "hung":
-        return stop
-    session.limit_calls(None)
-    again = rerun(session, stop.params, [step.command for step in stop.steps])
-    if again is not None and again.signature == stop.signature:
-        return again
-    first = session.first
-    first.summary += " (not shrunk: the shrunk run did not hang under the full time limit)"
-    return first
+    """``stop`` with every block of steps deleted whose deletion keeps its signature: blocks of half the run first,
+    then of a quarter and so on down to single steps (each step is tried alone once, last first), so that a failure
+    whose every rerun hangs is minimised with few hanging runs. Hypothesis's shrinker works on the choices that made
+    the run and now and then leaves a step it could not delete without changing another; the run's own commands can
+    always be tried without it. The last step, the one that failed, is kept."""
+    size = max(1, (len(stop.steps) - 1) // 2)
+    while True:
+        end = len(stop.steps) - 1
+        while end > 0:
+            start = max(0, end - size)
+            commands = [step.command for step in stop.steps]
+            again = rerun(session, stop.params, commands[:start] + commands[end:])
+            session.shrink_runs += 1
+            if again is not None and again.signature == stop.signature and len(again.steps) < len(stop.steps):
+                stop = again
+                end = min(start, len(stop.steps) - 1)
+            else:
+                end = start
+        if size == 1:
+            return stop
+        size //= 2

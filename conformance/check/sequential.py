@@ -21,11 +21,13 @@ import io
 import itertools
 import random
 import shlex
+import signal
 import sys
+import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 from unittest import mock
 
 import attrs
@@ -45,10 +47,11 @@ from kpurgatory.conformance.adapters.timed import TimedSystem
 from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.findings import Finding, Signature
-from kpurgatory.conformance.check.machine import Abort, Session, Stop, confirm, machine_class, minimise
+from kpurgatory.conformance.check.machine import (HANG_BUDGET, REFERENCE_BROKE, Abort, Cut, Divergence,
+                                                  ReferenceBroke, Session, Stop, machine_class, minimise)
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
-from kpurgatory.conformance.terminal import command_console, markup, safe
+from kpurgatory.conformance.terminal import command_console, counted, markup, safe
 from kpurgatory.conformance.traces.codec import Header, Step, Trace, dumps, write_traces
 from kpurgatory.conformance.traces.view import write_view
 from kpurgatory.model import vocabulary as v
@@ -79,6 +82,8 @@ class Found:
     trace_path: Path | None = None
     table_path: Path | None = None
     write_error: str | None = None
+    #: why shrinking stopped before it was done (interrupted, the budget of runs that hang); None: it was done
+    unfinished: str | None = None
 
 
 @attrs.frozen
@@ -113,6 +118,10 @@ class CheckResult:
     write_error: str | None = None
     failures: tuple[Found, ...] = ()
     findings: tuple[Found, ...] = ()
+    #: the signal that cut the check short (SIGINT, SIGTERM); what it found so far is kept
+    interrupted: str | None = None
+    #: why exploration stopped before its budget of examples was spent (too many runs hung)
+    cut_short: str | None = None
 
     def failure_report(self) -> str:
         """What failed the check as plain text: each failure, its step table, and where its counterexample is."""
@@ -131,14 +140,17 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
               examples: int = DEFAULT_EXAMPLES, steps: int = DEFAULT_STEPS, seed: int | None = None,
               out_dir: str | Path | None = None, on_example: Callable[[Session], None] | None = None,
               timeout: float | None = DEFAULT_TIMEOUT_S, max_failures: int = DEFAULT_MAX_FAILURES,
-              fail_on_findings: bool = False) -> CheckResult:
+              fail_on_findings: bool = False, hang_budget: int = HANG_BUDGET) -> CheckResult:
     """Check the systems ``system_factory`` makes (one, initialised afresh for each example, and made afresh after
     it died) on ``profile``.
 
     ``examples`` runs of up to ``steps`` commands are generated from ``seed`` (a fresh random one when None; the
     result says which), so the same seed and system give the same result. Up to ``max_failures`` distinct failures
     are shrunk and reported, and every Kafka finding met; findings fail the check only with ``fail_on_findings``.
-    An in-process system's calls are limited to ``timeout`` seconds each (a subprocess adapter has its own).
+    An in-process system's calls are limited to ``timeout`` seconds each (a subprocess adapter has its own), the
+    reference model's steps to as much or `DEFAULT_TIMEOUT_S`, whichever is longer. Each run that hangs costs that
+    limit: ``hang_budget`` bounds how many may hang while one failure is shrunk, and while exploring after it
+    (`machine.HANG_BUDGET`). SIGINT and SIGTERM end the check with what it found so far (``interrupted``).
     With ``out_dir`` each counterexample is written there as a trace, its step table as ``.txt`` and its page
     (`traces.view`) as ``.html``: the first failure as ``check-PROFILE-SEED.jsonl``, the next ones
     ``check-PROFILE-SEED-N.jsonl``, findings ``finding-PROFILE-SEED-NAME.jsonl``. ``on_example`` is called after
@@ -157,15 +169,25 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
                                  f"hello: system failed: {error}")
         if profile not in hello.profiles:
             raise ValueError(f"{hello.implementation} implements {', '.join(hello.profiles)}, not {profile}")
-        session = Session(factory, system, hello, profile, level, on_example)
-        stops = explore(session, examples, steps, seed, max_failures)
+        session = Session(factory, system, hello, profile, level, on_example,
+                          model_timeout=None if timeout is None else max(timeout, DEFAULT_TIMEOUT_S),
+                          hang_budget=hang_budget)
+        with on_signals(session):
+            try:
+                session.exploring = True
+                stops = explore(session, examples, steps, seed, max_failures)
+            finally:
+                session.exploring = False
+                close(session.system)
     finally:
-        (system if session is None else session.system).close()
+        if session is None:
+            close(system)
     failures: list[Found] = []
     found_findings: list[Found] = []
     for stop in stops:
         listed = found_findings if stop.finding is not None else failures
         trace_id = (f"finding-{profile}-{seed}-{stop.finding.name}" if stop.finding is not None else
+                    f"reference-{profile}-{seed}" if isinstance(stop, ReferenceBroke) else
                     f"check-{profile}-{seed}" + (f"-{len(failures) + 1}" if failures else ""))
         listed.append(reported(stop, trace_id, session.known.get(stop.signature, 0), hello, profile, level, seed,
                                out_dir))
@@ -174,15 +196,48 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
                    distinct_states=len(session.coverage.states), coverage=session.coverage.report(),
                    elapsed_s=time.monotonic() - started, shrink_runs=session.shrink_runs,
                    failures=tuple(failures), findings=tuple(found_findings),
-                   time_to_first_failure_s=session.first_failure_s)
+                   time_to_first_failure_s=session.first_failure_s, interrupted=session.interrupted,
+                   cut_short=session.cut_short)
     failing = failures + (found_findings if fail_on_findings else [])
     if not failing:
+        if session.interrupted:
+            return CheckResult(False, **summary, broken=True,
+                               failure_summary=f"interrupted ({session.interrupted}) before any failure was found")
         return CheckResult(True, **summary)
     first = failing[0]
     return CheckResult(False, **summary, failure_summary=first.summary, counterexample=first.counterexample,
                        report=first.report, shrunk_length=first.shrunk_length, trace_path=first.trace_path,
                        table_path=first.table_path, write_error=first.write_error,
-                       broken=all(found.report.error is not None for found in failing))
+                       broken=(all(found.report.error is not None for found in failing)
+                               or any(found.signature.kind == REFERENCE_BROKE for found in failing)))
+
+
+@contextlib.contextmanager
+def on_signals(session: Session) -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM set ``session.interrupted``, which makes every later step raise
+    `Interrupted` again; the signal itself raises it only while the check explores, so closing the system and
+    writing what was found are not cut short. Only the main thread can handle signals: elsewhere they stay its."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: object) -> None:
+        session.interrupted = signal.Signals(signum).name
+        if session.exploring:
+            raise Interrupted(session.interrupted)
+
+    previous = {signum: signal.signal(signum, interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def close(system: SystemUnderTest) -> None:
+    """Close ``system``; one that hangs or crashes on the way out changes nothing of what the check found."""
+    with contextlib.suppress(AdapterError):
+        system.close()
 
 
 def time_limited(factory: Callable[[], SystemUnderTest], timeout: float | None) -> Callable[[], SystemUnderTest]:
@@ -207,7 +262,8 @@ def reported(stop: Stop, trace_id: str, repeats: int, hello: Hello, profile: str
                                   declarations=hello.declarations), with_answers(stop))
     report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error, stop.error is not None)
     found = Found(stop.signature, stop.summary, counterexample, report,
-                  None if isinstance(stop, Abort) else len(stop.steps), stop.finding, repeats)
+                  None if isinstance(stop, (Abort, ReferenceBroke)) else len(stop.steps), stop.finding, repeats,
+                  unfinished=stop.unfinished)
     if out_dir is None:
         return found
     try:
@@ -256,9 +312,12 @@ def explore(session: Session, examples: int, steps: int, seed: int, max_failures
     stops generating soon after a failure). So each round ends at one new failure, shrunk; its signature is then
     known, and the next round, from a seed derived from ``seed`` and the round, runs the rest of the budget with
     runs that fail with a known signature passing. Each round's failure is then minimised by deleting steps
-    (`machine.minimise`) and, for a hang shrunk under a shorter time limit, confirmed under the full one
-    (`machine.confirm`). Rounds end when the budget is spent, a round passes, ``max_failures`` failures are found
-    (findings do not count: there are few kinds), or the system cannot be made afresh (`Abort`)."""
+    (`machine.minimise`). Rounds end when the budget is spent, a round passes, ``max_failures`` failures are found
+    (findings do not count: there are few kinds), the system cannot be made afresh (`Abort`) or the reference model
+    broke (`ReferenceBroke`), or the check is interrupted (``session.interrupted``).
+
+    Nothing found is lost when shrinking is cut short, by an interruption or by the budget of runs that hang
+    (`machine.HANG_SHRINK_BUDGET`): the shortest failing run so far is kept, marked as not fully shrunk."""
     found: list[Stop] = []
     for round_number in itertools.count():
         remaining = examples - session.examples
@@ -271,28 +330,60 @@ def explore(session: Session, examples: int, steps: int, seed: int, max_failures
         )
         round_seed = seed if round_number == 0 else random.Random(f"{seed}/{round_number}").randrange(2**32)
         session.new_round()
-        note = ""
+        cut: str | None = None
         try:
             with installation_independent():
                 run_state_machine_as_test(hypothesis.seed(round_seed)(machine_class(session)), settings=settings)
-        except Stop as raised:
-            stop = raised
-        except Flaky:
-            if session.shortest is None:
-                raise
-            stop = session.shortest
-            note = (" (did not reproduce when Hypothesis replayed it: is the system deterministic? this is the "
-                    "shortest failing run seen)")
-        else:
+            session.go_on()  # an interruption swallowed on the way still ends the check
             break
-        if isinstance(stop, Abort):
+        except (Abort, ReferenceBroke) as stop:
             found.append(stop)
             break
-        stop = confirm(session, minimise(session, stop))
-        stop.summary += note
+        except Divergence as raised:
+            stop = raised
+        except Flaky as error:
+            if session.interrupted or session.shortest is None:
+                cut = why_cut(session, error)
+            else:
+                stop = session.shortest
+                stop.summary += (" (did not reproduce when Hypothesis replayed it: is the system deterministic? this "
+                                 "is the shortest failing run seen)")
+        except BaseException as error:
+            cut = why_cut(session, error)
+        unfinished = None
+        if cut is not None and session.failing and not (session.interrupted or session.cut_short):
+            # out of hang budget while Hypothesis shrank: deleting steps costs at most one hang per step deleted
+            stop, unfinished, cut = session.best_so_far(), cut, None
+            session.shrink_hangs = 0
+        if cut is None:
+            try:
+                stop = minimise(session, stop)
+            except ReferenceBroke as broke:
+                found += [stop, broke]
+                break
+            except BaseException as error:
+                cut = why_cut(session, error)
+        if cut is not None and (stop := session.best_so_far()) is None:
+            break  # interrupted, or out of hang budget, before this round found anything
+        if cut or unfinished:
+            stop.mark_unfinished(cut or unfinished)
         found.append(stop)
+        if session.interrupted or session.cut_short:
+            break
         session.known[stop.signature] = 0
     return found
+
+
+def why_cut(session: Session, error: BaseException) -> str:
+    """Why ``error`` cut a round short: the hang budget (`Cut`; a final one ends exploration: ``session.cut_short``),
+    or an interruption, whatever it became on its way through Hypothesis; anything else is re-raised."""
+    if isinstance(error, Cut):
+        if error.final:
+            session.cut_short = error.reason
+        return error.reason
+    if session.interrupted is None:
+        raise error
+    return "interrupted"
 
 
 def render(report: ReplayReport) -> str:
@@ -385,26 +476,32 @@ def target_flags(impl: str | None, adapter: str | None, level: str) -> str:
 def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads, max_failures,
                  fail_on_findings) -> None:
     """``kpurgatory check --threads N``: refuse what the concurrent check cannot do, then run it and exit."""
-    if profile == "timer" or junit:
-        raise click.UsageError("--threads checks the purgatory profile and writes no JUnit report: drop "
-                               + ("--profile timer" if profile == "timer" else "--junit"))
+    if profile == "timer":
+        raise click.UsageError("--threads checks the purgatory profile: drop --profile timer")
     factory = system_factory(impl, adapter, timeout)
+    seed = random.randrange(2**32) if seed is None else seed
     if adapter:
         try:
             features = introduce(factory).features
         except AdapterError as error:
-            click.echo(f"FAIL hello: system failed: {safe(error)}")
-            sys.exit(1)
+            click.echo(f"ERROR hello: system failed: {safe(error)}")
+            report_junit(junit, [broken_result("purgatory", "concurrent", seed, "?", 0.0,
+                                               f"hello: system failed: {error}")])
+            sys.exit(3)
         if "concurrent" not in features:
             raise click.UsageError("--threads calls the adapter from several threads at once; it must list the "
                                    "'concurrent' feature in its hello (specs/protocol.md, §3)")
-    from kpurgatory.conformance.check.concurrent import check_concurrently
+    from kpurgatory.conformance.check.concurrent import check_concurrently, exit_code, failure_text
 
-    seed = random.randrange(2**32) if seed is None else seed
     rerun = (f"kpurgatory check {target_flags(impl, adapter, 'exact')} --threads {threads} --examples {examples} "
              f"--steps {steps} --seed {seed}")
-    sys.exit(check_concurrently(factory, threads=threads, runs=examples, steps=steps, seed=seed, timeout=timeout,
-                                out=out, rerun=rerun, max_failures=max_failures, fail_on_findings=fail_on_findings))
+    result = check_concurrently(factory, threads=threads, runs=examples, steps=steps, seed=seed, timeout=timeout,
+                                out=out, rerun=rerun, max_failures=max_failures, fail_on_findings=fail_on_findings)
+    code = exit_code(result)
+    report_junit(junit, [CheckResult(result.passed, "purgatory", "concurrent", seed, result.implementation,
+                                     result.runs, result.calls, 0, {}, result.elapsed_s, broken=code == 3,
+                                     failure_summary=failure_text(result))])
+    sys.exit(code)
 
 
 def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
@@ -520,6 +617,8 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
         for current in profiles:
             check_profile(console, factory, current, level, examples, steps, seed, out, results, timeout=timeout,
                           max_failures=max_failures, fail_on_findings=fail_on_findings)
+            if results[-1].interrupted:
+                break
     except click.ClickException:
         raise
     except (Exception, KeyboardInterrupt, Interrupted) as error:  # the report says so, then exit 3 (cli.main)
@@ -539,24 +638,36 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
             if found.finding is not None:
                 plain(str(found.finding))
             print_report(console, found.report, window=None)
-            plain(("not shrunk: the system could not be made afresh" if found.shrunk_length is None else
-                   f"shrunk to {found.shrunk_length} steps") + f"; met again in {found.repeats} later runs")
+            plain(("not shrunk: the reference model broke" if found.signature.kind == REFERENCE_BROKE else
+                   "not shrunk: the system could not be made afresh" if found.shrunk_length is None else
+                   f"not fully shrunk ({found.unfinished}): {counted(found.shrunk_length, 'step')}" if found.unfinished
+                   else f"shrunk to {counted(found.shrunk_length, 'step')}")
+                  + f"; met again in {counted(found.repeats, 'later run')}")
             if found.write_error is not None:  # the counterexample is not lost: it goes to the terminal
                 plain(f"{found.write_error}\ncounterexample (JSON Lines):\n{dumps(found.counterexample)}")
             elif found.trace_path is not None:
                 plain(f"counterexample: {found.trace_path}\nstep table:     {found.table_path}\n"
                       f"view:           {found.trace_path.with_suffix('.html')}")
                 plain(f"replay:         kpurgatory replay {found.trace_path} {target_flags(impl, adapter, level)}")
+        if result.cut_short:
+            plain(f"{result.profile}: {result.cut_short}")
         if result.failures or result.findings:
-            console.print(f"{result.profile}: first failure after {result.time_to_first_failure_s:.1f} s; "
-                          f"{len(result.failures)} distinct failures, {len(result.findings)} Kafka findings; "
-                          f"{result.shrink_runs} shrink runs")
+            first = result.time_to_first_failure_s  # None: only the reference model failed
+            console.print(f"{result.profile}: " + ("" if first is None else f"first failure after {first:.1f} s; ")
+                          + f"{counted(len(result.failures), 'distinct failure')}, "
+                          f"{counted(len(result.findings), 'Kafka finding')}; {counted(result.shrink_runs, 'shrink run')}")
         elif not result.passed:
             plain(result.failure_summary)
         if not result.passed:
             plain(f"re-run:         kpurgatory check {target_flags(impl, adapter, level)} --profile "
                   f"{result.profile} --examples {examples} --steps {steps} --seed {seed}")
     report_junit(junit, results)
+    if interrupted := next((result.interrupted for result in results if result.interrupted), None):
+        unfinished = any(found.unfinished for result in results for found in result.failures + result.findings)
+        kept = sum(len(result.failures) for result in results)
+        plain(f"interrupted ({interrupted}): " + ("counterexample not fully shrunk" if unfinished else
+                                                  f"{kept} counterexamples kept" if kept else
+                                                  "stopped before any failure was found"))
     code = (3 if any(result.broken or result.write_error for result in results) else
             0 if len(passing) == len(results) else 1)
     console.print(f"{['[green]PASS[/]', '[bold red]FAIL[/]', '', '[bold red]ERROR[/]'][code]} seed {seed}")

@@ -11,10 +11,10 @@ Both become rows of `INPUT_SCHEMA`: ``source`` and ``line`` (file and 1-based li
 row can be found again), the ``trace`` and ``seq`` to group and order by, and the line itself — ``text`` for JSON
 Lines, the field columns for Parquet. Nothing is judged here and nothing is dropped: a line that
 is blank, not UTF-8 or not JSON still becomes a row (with ``problem`` or a null trace) for the validator to quarantine.
-Lines are cut and decoded by the codec's reader (`codec.split_lines`, `codec.decode_line`), with its limits, so a line
-means here what it means to ``kpurgatory replay``. An empty file is one row (the codec's ``empty input``), and a file
-whose last line was cut short is found by the driver (`truncated_end`): replay rejects such a file, so the validator
-quarantines every row of it.
+Lines are cut and decoded by the codec's reader (`codec.file_lines`, `codec.decode_line`), with its limits, so a line
+means here what it means to ``kpurgatory replay``, and a line over the length limit is never held in memory. An empty
+file is one row (the codec's ``empty input``), and a file whose last line was cut short, or that is gzip-compressed,
+is found by the driver (`truncated_end`): replay rejects such a file, so the validator quarantines every row of it.
 
 JSON Lines files are cut into byte ranges at line boundaries by the driver, which counts the lines on the way, so
 executors read in parallel yet report exact line numbers, and the input's row count is known independently of the
@@ -150,9 +150,11 @@ def line_splits(path: str, split_bytes: int = SPLIT_BYTES, chunk_bytes: int = 8 
 
 
 def truncated_end(path: str, lines: int) -> tuple[int, str] | None:
-    """(line number, the reader's reason) when ``path`` (of ``lines`` lines) ends in a line cut short: no newline
-    after it, and not JSON."""
+    """(line number, the reader's reason) when replay rejects ``path`` (of ``lines`` lines) whole: it is
+    gzip-compressed (line 1), or ends in a line cut short (no newline after it, and not JSON)."""
     with open(path, "rb") as file:
+        if file.read(2) == codec.GZIP_MAGIC:
+            return 1, codec.GZIPPED
         size = file.seek(0, 2)
         file.seek(max(0, size - codec.MAX_LINE_BYTES - 1))
         tail = file.read()
@@ -165,10 +167,14 @@ def truncated_end(path: str, lines: int) -> tuple[int, str] | None:
     return None
 
 
-def line_fields(raw: bytes) -> dict:
-    """The INPUT_SCHEMA fields of one line but its position: text, problem, trace and seq (only those two are taken
-    from it), and its JSON value as ``document`` when it has one, so the validator need not parse it again."""
+def line_fields(raw: bytes | None) -> dict:
+    """The INPUT_SCHEMA fields of one line (None: one over the length limit, not read) but its position: text,
+    problem, trace and seq (only those two are taken from it; the trace id `codec.utf8_safe`, as every output needs
+    it), and its JSON value as ``document`` when it has one, so the validator need not parse it again."""
     row = dict(BLANK_ROW)
+    if raw is None:
+        row["problem"] = codec.TOO_LONG
+        return row
     try:
         row["text"] = raw.decode("utf-8")
     except UnicodeDecodeError:
@@ -182,23 +188,46 @@ def line_fields(raw: bytes) -> dict:
     row["document"] = document
     if isinstance(document, dict):
         trace, seq = document.get("trace"), document.get("seq")
-        row["trace"] = trace if isinstance(trace, str) else None
+        row["trace"] = codec.utf8_safe(trace) if isinstance(trace, str) else None
         row["seq"] = seq if type(seq) is int and INT64[0] <= seq <= INT64[1] else None
     return row
 
 
 def split_rows(path: str, start: int, end: int, first: int) -> Iterator[dict]:
-    """The INPUT_SCHEMA rows (with `line_fields`' ``document``) of the lines in one split."""
+    """The INPUT_SCHEMA rows (with `line_fields`' ``document``) of the lines in one split.
+
+    A line that names no trace (not JSON, too long, too deep...) but is not blank may be a lost line of the trace
+    before it, its last steps: it takes that trace's id, so that trace is quarantined whole rather than judged on
+    the steps left (a lost line within a trace shows as a seq gap anyway)."""
     if not end:
         yield {**BLANK_ROW, "source": path, "line": first, "problem": codec.EMPTY_INPUT}
         return
     with open(path, "rb") as file:
         file.seek(start)
-        data = file.read(end - start)
-    for number, raw in enumerate(codec.split_lines(data)[0], start=first):
-        row = line_fields(raw)
-        row["source"], row["line"] = path, number
-        yield row
+        previous = ...  # the trace of the last line that names one; ... until needed at the split's start
+        for number, (raw, _) in enumerate(codec.file_lines(file, end), start=first):
+            row = line_fields(raw)
+            row["source"], row["line"] = path, number
+            if row["trace"] is not None:
+                previous = row["trace"]
+            elif row["text"] is None or row["text"].strip():
+                if previous is ...:
+                    previous = trace_before(file, start)
+                row["trace"] = previous
+            yield row
+
+
+def trace_before(file, start: int) -> str | None:
+    """The trace of the last line before offset ``start`` (a line boundary) that names one, within `ALIGN_BYTES`;
+    the file's position is kept."""
+    position = file.tell()
+    file.seek(max(0, start - ALIGN_BYTES))
+    before = file.read(start - file.tell()).split(b"\n")[:-1]
+    file.seek(position)
+    for raw in reversed(before[start > ALIGN_BYTES:]):  # the first piece of a window is part of a line
+        if (trace := line_fields(raw.removesuffix(b"\r"))["trace"]) is not None:
+            return trace
+    return None
 
 
 def splits_of(batches: Iterable[pa.RecordBatch]) -> Iterator[tuple[str, int, int, int]]:

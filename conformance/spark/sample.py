@@ -59,7 +59,7 @@ def lines_of(trace_id: str, profile: str, commands: list[v.Command]) -> list[dic
 
 
 def bad_input() -> list[str]:
-    """One piece of bad input per reason (each trace's lines are otherwise valid)."""
+    """One piece of bad input per reason that names its trace (each trace's lines are otherwise valid)."""
     timer = [v.TimerAdd("a", 5), v.TimerAdd("b", 9), v.Advance(5)]
     unknown = lines_of("bad.unknown-command", "timer", timer)
     unknown[2].update(cmd="fly", args={})
@@ -74,13 +74,16 @@ def bad_input() -> list[str]:
     headless = lines_of("bad.no-header", "timer", timer[:2])[1:]
     never_watched = lines_of("bad.op-never-watched", "purgatory", [v.Watch("o1", ["k1"], 5)])
     never_watched.append({**never_watched[1], "seq": 2, "cmd": "force", "args": {"op": "o9"}, "result": True})
-    encoded = [json.dumps(line, separators=(",", ":"))
-               for lines in (unknown, missing, gap, duplicate, version, headless, never_watched) for line in lines]
-    return ["this line is not JSON", ""] + encoded
+    return [json.dumps(line, separators=(",", ":"))
+            for lines in (unknown, missing, gap, duplicate, version, headless, never_watched) for line in lines]
+
+
+#: lines that name no trace: first in the file, since such a line is taken as a lost line of the trace before it
+NAMELESS = ["this line is not JSON", ""]
 
 
 def build() -> str:
-    """The sample's text: clean recordings, then the semantic faults, then the bad input."""
+    """The sample's text: lines naming no trace, clean recordings, the semantic faults, then the other bad input."""
     target = open_system(impl=BUILTIN)
     try:
         clean = [record_trace(target, "mixed", seed, 100)[0] for seed in range(CLEAN)]
@@ -91,7 +94,7 @@ def build() -> str:
         lines = lines_of(trace_id, profile, commands)
         lines[step].update(observation)
         faults += [json.dumps(line, separators=(",", ":")) for line in lines]
-    return dumps(clean) + "\n".join(faults + bad_input()) + "\n"
+    return "\n".join(NAMELESS) + "\n" + dumps(clean) + "\n".join(faults + bad_input()) + "\n"
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import importlib.resources
 import ipaddress
+import logging
 import os
 import shutil
 import sys
@@ -115,6 +116,10 @@ def get_session(master: str | None = None, conf: dict[str, str] | None = None, a
         builder = builder.config(key, value)
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
+    # py4j reports a connection an interruption broke through the root logger, whose first use would give it a
+    # stderr handler: tracebacks before the one line an interrupted command prints
+    if not logging.root.handlers:
+        logging.root.addHandler(logging.NullHandler())
     return session
 
 

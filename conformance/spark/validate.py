@@ -16,16 +16,20 @@ order the shuffle gives them. The other shapes (`SHAPES`) are kept to measure ag
 A trace is judged whole or not at all. If any of its lines is bad (not JSON, unknown command, missing field, a
 sequence gap or repeat, a second header, no header, an unsupported version, a command the model rejects), every row
 of the trace goes to the quarantine: the bad row with its own reason, the others with ``trace_quarantined`` and the
-first bad row's position. A half-checked trace would give a verdict about a different run. Rows without a usable
-trace id (blank, not UTF-8, not JSON, too long or too deep) are quarantined one by one; a file that ends in a line
-cut short is quarantined whole, as replay rejects it whole. Every reason is the codec's own message, word for word
-what ``kpurgatory replay`` says about the same line. A crash of kpurgatory's own on some trace quarantines that
-trace (``validator_crashed``) and the job goes on. So every input row ends in exactly one place: input rows = rows of
-checked traces + quarantined rows, which the job asserts against a count taken outside it.
+first bad row's position. A half-checked trace would give a verdict about a different run. A line without a usable
+trace id (not UTF-8, not JSON, too long or too deep) counts as a bad line of the trace before it in its file, which
+may have lost its last steps there (`corpus.split_rows`); one before any trace, and a blank line, is quarantined
+alone. A file that ends in a line cut short, or is gzip-compressed, is quarantined whole, as replay rejects it.
+Every reason is the codec's own message, word for word what ``kpurgatory replay`` says about the same line. A crash
+of kpurgatory's own on some trace quarantines that trace (``validator_crashed``) and the job goes on. So every input
+row ends in exactly one place: input rows = rows of checked traces + quarantined rows, which the job asserts against a
+count taken outside it.
 
 Outputs in ``--out``: ``verdicts.parquet`` (one row per checked trace), ``quarantine.parquet`` (one row per rejected
 input row, with file and line), ``failing/<trace>.jsonl`` (each failing trace as a standalone file that
-``kpurgatory replay`` reproduces) and ``summary.json`` (also printed as tables).
+``kpurgatory replay`` reproduces) and ``summary.json`` (also printed as tables). Strings go into them as
+`codec.utf8_safe` spells them. They are written to a hidden folder in ``--out`` and moved into place once all are
+complete: an interrupted or failed run leaves the previous outputs, or none, never a part.
 """
 
 from __future__ import annotations
@@ -49,6 +53,8 @@ from rich.console import Console
 from rich.table import Table
 
 from kpurgatory.conformance.check.compare import LEVELS, Difference
+from kpurgatory.conformance.cli import Unwritable
+from kpurgatory.conformance.terminal import counted
 from kpurgatory.conformance.traces.replay import format_command, format_observation, replay
 from kpurgatory.conformance.spark import corpus
 from kpurgatory.conformance.spark.session import get_session, parse_conf, progress, with_spark_options
@@ -96,7 +102,8 @@ def reason_kind(message: str) -> str:
     `codec.parse_line` names the field at fault)."""
     for prefix, kind in ((codec.TRUNCATED, "truncated"), (codec.EMPTY_INPUT, "empty_input"),
                          (codec.BLANK_LINE, "blank_line"), ("not JSON", "not_json"), ("not UTF-8", "not_utf8"),
-                         ("line longer than", "too_long"), ("arrays and objects nested deeper", "too_deep")):
+                         ("line longer than", "too_long"), ("arrays and objects nested deeper", "too_deep"),
+                         (codec.GZIPPED, "gzip")):
         if message.startswith(prefix):
             return kind
     if message.startswith("cmd must be one of"):
@@ -110,13 +117,14 @@ def reason_kind(message: str) -> str:
 
 def decode(row: dict, truncated: dict[str, tuple[int, str]]) -> Header | tuple[str, object]:
     """An input row -> what `parse_line` makes of it; Rejected says why not. ``truncated``: `corpus.Loaded`'s files
-    that end in a line cut short, which replay rejects whole."""
+    that replay rejects whole (a line cut short at the end, gzip), with the line at fault and why."""
     try:
         if cut := truncated.get(row["source"]):
             line, reason = cut
-            if row["line"] != line:
-                raise ValueError(f"{codec.TRUNCATED} at line {line}: the rest of the file may be lost")
-            raise ValueError(reason)
+            if row["line"] == line:
+                raise ValueError(reason)
+            raise ValueError(f"{codec.TRUNCATED} at line {line}: the rest of the file may be lost"
+                             if reason.startswith(codec.TRUNCATED) else f"{reason} (line {line}): rejected whole")
         if row["problem"]:
             raise ValueError(row["problem"])
         if "document" in row:  # decoded when it was read (`corpus.line_fields`)
@@ -249,6 +257,16 @@ def spark_order(row: dict) -> tuple:
     return row["seq"] is not None, row["seq"] or 0, row["source"], row["line"]
 
 
+def arrow_row(row: dict) -> dict:
+    """A result row with its strings `codec.utf8_safe`, which Arrow requires."""
+    return {name: codec.utf8_safe(value) if type(value) is str else
+            [codec.utf8_safe(item) for item in value] if type(value) is list else value for name, value in row.items()}
+
+
+def result_batch(results: list[dict]) -> pa.RecordBatch:
+    return pa.RecordBatch.from_pylist(list(map(arrow_row, results)), RESULT_SCHEMA)
+
+
 def judge_rows(rows: Iterable[dict], level: str, truncated: dict[str, tuple[int, str]] | None = None, *,
                runs: bool = False) -> Iterator[pa.RecordBatch]:
     """Input rows -> result rows. Rows without a trace id are judged alone; the others are judged a group at a time,
@@ -274,13 +292,13 @@ def judge_rows(rows: Iterable[dict], level: str, truncated: dict[str, tuple[int,
             judge_group()
             group = []
             if len(results) >= corpus.BATCH_ROWS:
-                yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
+                yield result_batch(results)
                 results = []
         group.append(row)
     if group:
         judge_group()
     if results:
-        yield pa.RecordBatch.from_pylist(results, RESULT_SCHEMA)
+        yield result_batch(results)
 
 
 def validate_batches(batches: Iterable[pa.RecordBatch], level: str,
@@ -323,7 +341,7 @@ def failing_name(trace_id: str) -> str:
     cleaned ids need not be)."""
     clean = re.sub(r"[^A-Za-z0-9._-]", "_", trace_id)[:100]
     if clean != trace_id or clean.startswith("."):
-        clean += "-" + hashlib.sha1(trace_id.encode()).hexdigest()[:8]
+        clean += "-" + hashlib.sha1(trace_id.encode("utf-8", "surrogatepass")).hexdigest()[:8]
     return clean + ".jsonl"
 
 
@@ -342,6 +360,16 @@ def write_failing(failing, folder: Path, level: str) -> int:
 
 
 SORTED = ("trace", "seq", "source", "line")
+
+
+def unpersist_later(cleanup: contextlib.ExitStack, frame) -> None:
+    """Unpersist ``frame`` on the way out, even an interrupted one, when the JVM may be gone: that is no news, and
+    must not hide why the run stopped."""
+    def unpersist() -> None:
+        with contextlib.suppress(Exception):
+            frame.unpersist()
+
+    cleanup.callback(unpersist)
 
 
 def by_shuffle(session, loaded: corpus.Loaded, level: str, cleanup: contextlib.ExitStack):
@@ -376,7 +404,7 @@ def by_runs(session, loaded: corpus.Loaded, level: str, cleanup: contextlib.Exit
 
     validator = functools.partial(judge_rows, level=level, truncated=loaded.truncated, runs=True)
     first = loaded.map_rows(validator, RESULT_SCHEMA).persist(StorageLevel.DISK_ONLY)
-    cleanup.callback(first.unpersist)
+    unpersist_later(cleanup, first)
     runs = first.where("kind = 'run'").groupBy("trace").agg(F.count("*").alias("runs"),
                                                             F.collect_set("source").alias("sources"))
     spread = runs.where("runs > 1")
@@ -385,7 +413,7 @@ def by_runs(session, loaded: corpus.Loaded, level: str, cleanup: contextlib.Exit
     if not sources:
         return judged_here
     spread = spread.select("trace").persist(StorageLevel.DISK_ONLY)
-    cleanup.callback(spread.unpersist)
+    unpersist_later(cleanup, spread)
     again = corpus.load(session, corpus.Inputs.of(sources))
     return judged_here.join(spread, "trace", "left_anti").unionByName(
         shuffled(again.frame.join(spread, "trace", "left_semi"), level, loaded.truncated))
@@ -395,19 +423,74 @@ def by_runs(session, loaded: corpus.Loaded, level: str, cleanup: contextlib.Exit
 SHAPES = {"runs": by_runs, "shuffle": by_shuffle, "group": by_group}
 
 
+#: what a run writes into ``--out``, all or none
+OUTPUTS = ("verdicts.parquet", "quarantine.parquet", "failing", "summary.json")
+
+
 def run_validation(session, paths, out: Path, level: str = "exact", split_bytes: int | None = None,
                    shape: str = "runs") -> Summary:
-    """Validate the corpus at ``paths`` into ``out``; raises AssertionError if the outputs do not reconcile."""
+    """Validate the corpus at ``paths`` into ``out``; raises AssertionError if the outputs do not reconcile, and
+    `Unwritable` if ``out`` cannot be written. The outputs are made in a hidden folder there (`OUTPUTS`) and moved
+    into place only when all are complete; on the way out of a run that did not finish it is removed, its jobs
+    cancelled first so that none writes into it again."""
+    staging = staging_folder(out)
+    try:
+        summary = write_outputs(session, paths, staging, level, split_bytes, shape)
+        for name in OUTPUTS:
+            target = out / name
+            shutil.rmtree(target) if target.is_dir() else target.unlink(missing_ok=True)
+            (staging / name).rename(target)
+        staging.rmdir()
+    except BaseException as error:
+        with contextlib.suppress(Exception):  # the JVM may be gone already
+            session.sparkContext.cancelAllJobs()
+        shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(error, OSError) and str(error.filename or "").startswith(str(out)):  # not an input's
+            raise Unwritable(out, error.strerror or str(error)) from None
+        if (reason := io_failure(error)) is not None:
+            raise Unwritable(out, reason) from None
+        raise
+    return summary
+
+
+def staging_folder(out: Path) -> Path:
+    """A fresh hidden folder in ``out`` for a run's outputs; `Unwritable` if it cannot be made."""
+    staging = out / ".validate-traces.incomplete"
+    try:
+        shutil.rmtree(staging, ignore_errors=True)
+        staging.mkdir(parents=True)
+    except OSError as error:
+        raise Unwritable(out, error.strerror or str(error)) from None
+    return staging
+
+
+def io_failure(error: BaseException) -> str | None:
+    """What the JVM said when a Spark job failed for a java.io.IOException (a full disk, a read-only folder): the
+    deepest one among the causes of ``error``, a Py4JJavaError or the exception PySpark made of it; None for any
+    other error."""
+    from py4j.java_gateway import is_instance_of
+    from pyspark import SparkContext
+
+    cause = getattr(error, "java_exception", None) or getattr(error, "_origin", None)
+    found = None
+    while cause is not None:
+        if is_instance_of(SparkContext._gateway, cause, "java.io.IOException"):
+            found = cause
+        cause = cause.getCause()
+    return None if found is None else found.getMessage() or found.getClass().getName()
+
+
+def write_outputs(session, paths, out: Path, level: str, split_bytes: int | None, shape: str) -> Summary:
+    """The job: every output of `OUTPUTS` written into ``out``, and the summary."""
     from pyspark import StorageLevel
     from pyspark.sql import functions as F
 
     started = time.perf_counter()
     loaded = corpus.load(session, corpus.discover(paths), split_bytes)
     with contextlib.ExitStack() as cleanup:
-        out.mkdir(parents=True, exist_ok=True)
         with progress(session, "validating"):
             results = SHAPES[shape](session, loaded, level, cleanup).persist(StorageLevel.DISK_ONLY)
-            cleanup.callback(results.unpersist)
+            unpersist_later(cleanup, results)
             results.where("kind = 'verdict'").selectExpr(*VERDICT_COLUMNS).write.mode("overwrite").parquet(
                 str(out / "verdicts.parquet"))
         results.where("kind = 'quarantine'").selectExpr(*QUARANTINE_COLUMNS).write.mode("overwrite").parquet(
@@ -475,7 +558,8 @@ def validate_command(inputs, out, level, master, conf):
 
     Exits 0 when every trace passes and no row is quarantined, 1 when a trace fails, 2 when rows were quarantined
     but nothing failed."""
-    corpus.discover(inputs)  # no input files is a usage error, said before a JVM starts
+    corpus.discover(inputs)  # no input files is a usage error, and an unwritable --out, said before a JVM starts
+    staging_folder(out).rmdir()
     session = get_session(master, parse_conf(conf), "kpurgatory validate-traces")
     summary = run_validation(session, inputs, out, level)
     console = Console()
@@ -483,7 +567,7 @@ def validate_command(inputs, out, level, master, conf):
         console.print(table)
     console.print(f"outputs in {out}/: verdicts.parquet, quarantine.parquet, summary.json", soft_wrap=True)
     if summary.failing_files:
-        console.print(f"{summary.failing_files:,} failing traces in {out}/failing/; reproduce one with: "
+        console.print(f"{counted(summary.failing_files, 'failing trace')} in {out}/failing/; reproduce one with: "
                       f"kpurgatory replay {out}/failing/<trace>.jsonl; see one in {out}/failing/<trace>.html",
                       soft_wrap=True, highlight=False)
     sys.exit(1 if summary.verdicts[FAIL] else 2 if summary.quarantined_rows else 0)

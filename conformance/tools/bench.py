@@ -621,6 +621,8 @@ class KafkaDriver:
 TARGETS = {"T1": 4.0, "T2": 3.0, "P1": 2.0}
 BYTES_TARGET = 100
 TARGETED = "compiled"
+#: the targets are set for the full workloads: smaller ones time start-up and per-replay constants, not throughput
+JUDGED_SCALE = 1.0
 
 
 def profile_impl(name: str, workload: str, plan: object, console: Console) -> None:
@@ -635,7 +637,8 @@ def profile_impl(name: str, workload: str, plan: object, console: Console) -> No
 
 @click.command("bench")
 @click.option("--scale", type=click.FloatRange(min=0.0001, max=10), default=1.0, show_default=True,
-              help="Multiply the workloads' task/op counts (not their delays); e.g. 0.01 for a smoke run.")
+              help="Multiply the workloads' task/op counts (not their delays); e.g. 0.01 for a smoke run. The "
+                   f"targets are judged only at {JUDGED_SCALE:g} or more.")
 @click.option("--seed", type=int, default=20241122, show_default=True, help="Seed of every workload's plan.")
 @click.option("--workload", "workloads", type=click.Choice(WORKLOADS), multiple=True,
               help="Run only these workloads (repeatable; default: all).")
@@ -657,7 +660,10 @@ def bench_command(scale: float, seed: int, workloads: tuple[str, ...], implement
                   kafka_warmup: int) -> None:
     """Benchmark kpurgatory.impl (compiled and pure Python) against the model, a heapq timer and asyncio's timers
     (T1, T2, P1), and with --kafka against a Kafka release's own classes: ops/s, the ratio to heapq and the CPU time
-    per op, median of interleaved rounds."""
+    per op, median of interleaved rounds.
+
+    At --scale 1 or more, each of the compiled implementation's targets is reported as met or MISSED; a missed
+    target is a figure, not a failure. Exits 1 only when an implementation replays a workload wrongly."""
     console = command_console()
     if not console.is_terminal:  # logs and CI: wide enough that rows do not wrap
         console.width = 160
@@ -737,7 +743,11 @@ def bench_command(scale: float, seed: int, workloads: tuple[str, ...], implement
         console.print(cost_table)
 
     verdicts = []
-    for workload in workloads:
+    if scale < JUDGED_SCALE:
+        targets = ", ".join(f"{workload} {TARGETS[workload]:g}x" for workload in workloads)
+        verdicts.append(f"targets not judged at scale {scale:g}: {TARGETED} vs heapq ({targets}) and <= "
+                        f"{BYTES_TARGET} bytes per pending timer are for --scale {JUDGED_SCALE:g} or more")
+    for workload in workloads if scale >= JUDGED_SCALE else ():
         impl, base = results.get((workload, TARGETED)), results.get((workload, "heapq"))
         if impl and base:
             ratio = (impl.ops / impl.seconds) / (base.ops / base.seconds)

@@ -10,10 +10,15 @@ against specs/kpurgatory.schema.json; a bad line is reported with its file, line
 
 Reading is the same for every reader (replay, validate-traces, check-history, the adapter harness), since traces and
 adapter output are untrusted: `split_lines` cuts at ``\n`` only (a raw U+2028 inside a string is content, not a line
-break; a ``\r`` before the ``\n`` is dropped), and `decode_line` turns one line into JSON within the limits
-(`MAX_LINE_BYTES`, `MAX_DEPTH`), with JSON integers only: ``1.0`` or ``1e3`` where the schema asks for an integer is
-rejected naming the field, like any other wrong type. An empty input, a blank line and a last line cut short (no
+break; a ``\r`` before the ``\n`` is dropped; `file_lines` does the same reading a file, and skips a line over the
+limit without holding it), and `decode_line` turns one line into JSON within the limits (`MAX_LINE_BYTES`,
+`MAX_DEPTH`), with JSON integers only: ``1.0`` or ``1e3`` where the schema asks for an integer is rejected naming the
+field, like any other wrong type. An empty input, a blank line and a last line cut short (no
 newline, and not JSON) are input errors with one wording everywhere.
+
+Any string JSON can carry is a valid trace string, lone surrogates too (``"\\ud800"``), though UTF-8 cannot encode
+them: every output that must be UTF-8 (Parquet, JSON, HTML, the terminal) spells one as JSON does, ``\\ud800``
+(`utf8_safe`), while the trace files written keep the string itself.
 
 A *concurrent history* is a trace too: its header says how many ``threads`` ran at once, and each step carries its
 `Timing` (the thread, the logical times of invocation and return, and the failure if the system raised). Its steps
@@ -51,7 +56,10 @@ MAX_LINE_BYTES = 16 * 2**20
 #: the deepest nesting of arrays and objects accepted; a trace line needs 4 (events in a wheel read-out)
 MAX_DEPTH = 64
 EMPTY_INPUT = "empty input: a trace starts with its header line"
+GZIP_MAGIC = b"\x1f\x8b"
+GZIPPED = "gzip-compressed input: decompress it first (gunzip)"
 BLANK_LINE = "blank line"
+TOO_LONG = f"line longer than {MAX_LINE_BYTES:,} bytes"
 TRUNCATED = "the input ends in a truncated line (no newline after it)"
 
 
@@ -116,8 +124,8 @@ def json_value(text: str) -> object:
 
 def decode_text(text: str) -> object:
     """One line (without its newline) -> its JSON value; ValueError says what is wrong with it."""
-    if len(text) * 4 > MAX_LINE_BYTES and len(text.encode()) > MAX_LINE_BYTES:
-        raise ValueError(f"line longer than {MAX_LINE_BYTES:,} bytes")
+    if len(text) * 4 > MAX_LINE_BYTES and len(text.encode("utf-8", "surrogatepass")) > MAX_LINE_BYTES:
+        raise ValueError(TOO_LONG)
     if not text.strip():
         raise ValueError(BLANK_LINE)
     if too_deep(text):
@@ -125,7 +133,8 @@ def decode_text(text: str) -> object:
     try:
         return json_value(text)
     except json.JSONDecodeError as error:
-        raise ValueError(f"not JSON: {error.msg} at column {error.colno}") from None
+        # some messages end in "at" ("Unterminated string starting at")
+        raise ValueError(f"not JSON: {error.msg.removesuffix(' at')} at column {error.colno}") from None
     except ValueError as error:  # an integer with more digits than Python converts
         raise ValueError(str(error) if str(error).startswith("not JSON") else f"not JSON: {error}") from None
 
@@ -150,7 +159,7 @@ def decode_line(raw: bytes) -> object:
     exponent, or an integer beyond 64 bits, which orjson turns into a float). Anything else, including every line
     orjson rejects, goes the json module's way, for its value and its words."""
     if len(raw) > MAX_LINE_BYTES:
-        raise ValueError(f"line longer than {MAX_LINE_BYTES:,} bytes")
+        raise ValueError(TOO_LONG)
     if raw.count(b"[") + raw.count(b"{") <= MAX_DEPTH:
         try:
             document = orjson.loads(raw)
@@ -162,6 +171,8 @@ def decode_line(raw: bytes) -> object:
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as error:
+        if raw.startswith(GZIP_MAGIC):
+            raise ValueError(GZIPPED) from None
         raise ValueError(f"not UTF-8: byte {error.start + 1} ({raw[error.start:error.start + 1]!r})") from None
     return decode_text(text)
 
@@ -175,12 +186,43 @@ def split_lines(data: bytes) -> tuple[list[bytes], bool]:
     return [line.removesuffix(b"\r") for line in lines], unterminated
 
 
+def file_lines(file, end: int | None = None) -> Iterator[tuple[bytes | None, bool]]:
+    """`split_lines` for a binary file read from where it is up to ``end`` (a line boundary) or its end, holding one
+    line at a time: (each line without its newline, or None for a line longer than `MAX_LINE_BYTES`, which is skipped
+    unread; whether it ended in a newline)."""
+    while end is None or file.tell() < end:
+        line = file.readline(MAX_LINE_BYTES + 3)  # the newline and a \r before it, and one byte too many
+        if not line:
+            return
+        terminated = line.endswith(b"\n")
+        if len(line) > MAX_LINE_BYTES + 2 or not terminated and len(line) > MAX_LINE_BYTES:
+            while line and not line.endswith(b"\n"):
+                line = file.readline(1 << 20)
+            yield None, line.endswith(b"\n")
+            continue
+        yield line.removesuffix(b"\n").removesuffix(b"\r"), terminated
+
+
 def decode_last(raw: bytes) -> object:
-    """`decode_line` for a last line without its newline: one that is not JSON was cut short."""
+    """`decode_line` for a last line without its newline: one that is not JSON was cut short (or compressed)."""
     try:
         return decode_line(raw)
     except ValueError as error:
-        raise ValueError(f"{TRUNCATED}: {error}") from None
+        raise ValueError(str(error) if str(error) == GZIPPED else f"{TRUNCATED}: {error}") from None
+
+
+#: a lone surrogate, as a Python string holds one (an astral character is one code point, never a pair)
+LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def surrogate_spelling(match: re.Match) -> str:
+    return f"\\u{ord(match.group()):04x}"
+
+
+def utf8_safe(text: str) -> str:
+    """``text`` with each lone surrogate spelled ``\\udxxx``, as JSON and the terminal spell it: any trace string
+    can then be written as UTF-8."""
+    return text if text.isascii() else LONE_SURROGATE.sub(surrogate_spelling, text)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -368,6 +410,8 @@ class Header:
     threads: int | None = None
     #: what the system whose behaviour the trace is about promised (its hello's), so a replay judges it alike
     declarations: Declarations = KAFKA
+    #: a test vector's header (specs/vectors.md): its kind, the coverage items it reaches, its finding and rule
+    vector: dict | None = attrs.field(default=None, hash=False)
 
 
 @attrs.frozen
@@ -399,6 +443,8 @@ class Step:
     observation: v.Observation
     timing: Timing | None = None
     system: v.Observation | str | None = None
+    #: a test vector's aids for judging without the model (specs/vectors.md): event groups, deadline, windows
+    expect: dict | None = attrs.field(default=None, hash=False)
 
 
 @attrs.frozen
@@ -438,6 +484,8 @@ def header_line(header: Header) -> dict:
         body["threads"] = header.threads
     if header.declarations != KAFKA:
         body["declarations"] = declarations_to_json(header.declarations)
+    if header.vector is not None:
+        body["vector"] = header.vector
     return {"trace": header.trace_id, "seq": 0, "header": body}
 
 
@@ -454,6 +502,8 @@ def step_line(trace_id: str, step: Step) -> dict:
         line["system"] = observation_to_json(step.system)
     elif step.system is not None:
         line["system"] = {"failure": step.system}
+    if step.expect is not None:
+        line["expect"] = step.expect
     return line
 
 
@@ -488,7 +538,7 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
         except CommandError as error:  # in the schema's ranges but outside the model's domain
             raise ValueError(f"header.params: {error}") from None
         return Header(document["trace"], body["profile"], params, body["implementation"], body.get("description"),
-                      body.get("threads"), declarations_from_json(body.get("declarations", {})))
+                      body.get("threads"), declarations_from_json(body.get("declarations", {})), body.get("vector"))
     if document.get("cmd") == "init":
         raise ValueError("cmd 'init' belongs to the protocol; in a trace the header line carries the params")
     validate("step_line", document)
@@ -499,7 +549,7 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
     answer = document.get("system")
     system = None if answer is None else answer["failure"] if "failure" in answer else observation_from_json(answer)
     step = Step(document["seq"], command_from_json(document["cmd"], document["args"]), observation_from_json(document),
-                timing, system)
+                timing, system, document.get("expect"))
     return document["trace"], step
 
 
@@ -525,14 +575,21 @@ def loads(data: str | bytes, source: str = "<trace>") -> list[Trace]:
 
 
 def read_lines(data: str | bytes, source: str) -> list[Trace]:
-    lines, unterminated = split_lines(data.encode() if isinstance(data, str) else data)
-    if not lines:
-        raise TraceFormatError(EMPTY_INPUT, source)
+    lines, unterminated = split_lines(data.encode("utf-8", "surrogatepass") if isinstance(data, str) else data)
+    return read_from(((raw, not unterminated or number < len(lines)) for number, raw in enumerate(lines, start=1)),
+                     source)
+
+
+def read_from(lines: Iterable[tuple[bytes | None, bool]], source: str) -> list[Trace]:
+    """The traces in (line, terminated) pairs (`file_lines`); the first bad line raises TraceFormatError."""
     headers: dict[str, Header] = {}
     steps: dict[str, list[Step]] = {}
-    for number, raw in enumerate(lines, start=1):
+    number = 0
+    for number, (raw, terminated) in enumerate(lines, start=1):
         try:
-            parsed = parse_line(decode_last(raw) if unterminated and number == len(lines) else decode_line(raw))
+            if raw is None:
+                raise ValueError(TOO_LONG)
+            parsed = parse_line(decode_line(raw) if terminated else decode_last(raw))
         except ValueError as error:
             raise TraceFormatError(str(error), source, number) from None
         if isinstance(parsed, Header):
@@ -554,16 +611,19 @@ def read_lines(data: str | bytes, source: str) -> list[Trace]:
         if step.seq != expected:
             raise TraceFormatError(f"trace {trace_id!r}: seq {step.seq} where {expected} was expected", source, number)
         steps[trace_id].append(step)
+    if not number:
+        raise TraceFormatError(EMPTY_INPUT, source)
     return [Trace(headers[trace_id], steps[trace_id]) for trace_id in headers]
 
 
 def read_traces(path: str | Path) -> list[Trace]:
+    """The traces of a file, read a line at a time: a line over the limit is rejected before it is held in memory."""
     path = Path(path)
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as file, collector_paused():
+            return read_from(file_lines(file), str(path))
     except OSError as error:
         raise TraceFormatError(f"cannot read: {error}", str(path)) from None
-    return loads(data, str(path))
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -34,7 +34,7 @@ from kpurgatory.conformance.check.findings import Finding
 from kpurgatory.conformance.adapters.kafka import with_kafka_option
 from kpurgatory.conformance.adapters.subprocess import AdapterFailed
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
-from kpurgatory.conformance.terminal import command_console, markup, safe
+from kpurgatory.conformance.terminal import command_console, counted, markup, safe
 from kpurgatory.conformance.traces.codec import (MODEL, Trace, TraceFormatError, collector_paused, command_to_json,
                                                  read_traces)
 from kpurgatory.model import CommandError, Model
@@ -269,6 +269,10 @@ def format_observation(observation: v.Observation | None) -> str:
     return head if not observation.events else f"{head}; {describe_events(observation.events)}"
 
 
+def agreeing(count: int, noun: str) -> str:
+    return f"{counted(count, noun)} {'agrees' if count == 1 else 'agree'}"
+
+
 def step_table(report: ReplayReport, window: int | None = 12) -> Table:
     """Model vs recording vs system for each step; ``window`` keeps only the steps before the first failure."""
     table = Table(title=f"trace {markup(report.trace.trace_id)} ({report.trace.header.profile}, level {report.level})",
@@ -285,8 +289,8 @@ def step_table(report: ReplayReport, window: int | None = 12) -> Table:
     table.add_column("")
     outcomes = report.outcomes
     if window is not None and len(outcomes) > window:
-        table.add_row("…", f"{len(outcomes) - window} earlier steps agree", "", *([""] * (has_recording + has_system)),
-                      "")
+        table.add_row("…", agreeing(len(outcomes) - window, "earlier step"), "",
+                      *([""] * (has_recording + has_system)), "")
         outcomes = outcomes[-window:]
     for outcome in outcomes:
         cells = [str(outcome.seq), markup(format_command(outcome.command)), markup(format_observation(outcome.model))]
@@ -318,8 +322,8 @@ def print_report(console: Console, report: ReplayReport, window: int | None = 12
         if report.explanation:
             console.print(f"  {markup(report.explanation)}")
     else:
-        console.print(f"[green]PASS[/] {markup(report.trace.trace_id)}: {len(report.outcomes)} steps agree with the "
-                      f"model")
+        console.print(f"[green]PASS[/] {markup(report.trace.trace_id)}: {agreeing(len(report.outcomes), 'step')} "
+                      f"with the model")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -482,9 +486,10 @@ def scenarios_command(impl, adapter, timeout, level, only, skip, list_only):
             target.system.close()
     console.print(summary)
     words = [f"{counts['passed']} passed", f"{counts['failed'] + counts['broken'] + counts['malformed']} failed"]
+    words += [f"{counted(counts['finding'], 'Kafka finding')}"] if counts["finding"] else []
     words += [f"{counts[outcome]} {label}" for outcome, label in (
-        ("finding", "Kafka findings"), ("other side", "on the other side of a release rule (as their release does)"),
-        ("not run", "not run")) if counts[outcome]]
+        ("other side", "on the other side of a release rule (as their release does)"), ("not run", "not run"))
+        if counts[outcome]]
     words += [f"{number} skipped ({reason})" for reason, number in skipped.items()]
     console.print(", ".join(words), markup=False, highlight=False)
     sys.exit(next((code for outcome, code in OUTCOME_CODES.items() if counts[outcome]), 3 if counts["not run"] else 0))

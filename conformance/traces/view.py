@@ -40,7 +40,9 @@ import click
 
 from kpurgatory.conformance.check import concurrent
 from kpurgatory.conformance.check.compare import Difference
+from kpurgatory.conformance.cli import Unwritable
 from kpurgatory.conformance.terminal import safe
+from kpurgatory.conformance.traces import codec
 from kpurgatory.conformance.traces.codec import Trace, TraceFormatError, read_traces
 from kpurgatory.conformance.traces.replay import (RECORDING, SYSTEM, ReplayReport, StepOutcome, format_command,
                                                   format_observation, replay)
@@ -312,7 +314,10 @@ def page(traces: Iterable[Trace], reports: Iterable[ReplayReport] = (),
     run_of = {id(report.trace): report for report in reports}
     views = [concurrent_view(trace, (violations or {}).get(trace.trace_id), check) if trace.header.threads is not None
              else sequential_view(trace, run_of.get(id(trace)), level) for trace in traces]
-    data = base64.b64encode(gzip.compress(json.dumps(views, separators=(",", ":")).encode(), 6)).decode("ascii")
+    # UTF-8 JSON, its lone surrogates spelled as JSON spells them (`codec.utf8_safe`): "\\ud800" in the JSON text
+    data = codec.LONE_SURROGATE.sub(lambda match: "\\" + codec.surrogate_spelling(match),
+                                    json.dumps(views, separators=(",", ":"), ensure_ascii=False))
+    data = base64.b64encode(gzip.compress(data.encode(), 6)).decode("ascii")
     parts = {"style": asset("view.css"), "script": asset("view.js"), "data": data}
     return re.sub(r"\{\{(style|script|data)\}\}", lambda match: parts[match.group(1)], asset("view.html"))
 
@@ -373,4 +378,8 @@ def view_command(traces, output, unchecked):
     except TraceFormatError as error:
         click.echo(f"Error: {safe(error)}", err=True)
         sys.exit(2)
-    click.echo(f"view: {safe(write_view(output or page_path(traces[0]), loaded, check=not unchecked))}")
+    path = output or page_path(traces[0])
+    try:
+        click.echo(f"view: {safe(write_view(path, loaded, check=not unchecked))}")
+    except OSError as error:
+        raise Unwritable(path, error) from None

@@ -19,6 +19,7 @@ def browser():
 @pytest.fixture
 def page(browser):
     page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)  # every wait, generous: a loaded machine draws a page late, not wrongly
     errors = []
     page.on("pageerror", lambda error: errors.append(error))
     yield page

@@ -3,11 +3,15 @@ They are importable (``planted:HangsInAdvance``) so the tests can also serve the
 
 from __future__ import annotations
 
+import os
+import time
+from pathlib import Path
 from typing import Callable
 
 import attrs
 
 from kpurgatory.conformance.adapters.reference import ModelSystem
+from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.timer import SystemTimer, TimerTaskEntry, TimerTaskList, TimingWheel
 
@@ -209,4 +213,93 @@ class WrongAtTheEdge(ModelSystem):
         if isinstance(command, v.TimerAdd) and 10_000 <= command.delay_ms and \
                 self.model.now_ms + command.delay_ms <= v.LONG_MAX:
             raise ArithmeticException("/ by zero")
+        return super().step(command)
+
+
+class StuckWheel(TimingWheel):
+    """Stops moving its clock once it has an overflow wheel, so an entry that falls due is put back where it was and
+    falls due again: ``advance`` livelocks."""
+
+    def advance_clock(self, time_ms: int) -> None:
+        if self.overflow_wheel is None:
+            super().advance_clock(time_ms)
+
+
+class LivelocksInAdvance(ModelSystem):
+    """The model with a `StuckWheel`: an advance past a deadline beyond the first wheel's interval never returns."""
+
+    def init(self, profile, params):
+        super().init(profile, params)
+        timer = self.model.timer
+        timer.timing_wheel = StuckWheel.create(params.tick_ms, params.wheel_size, params.start_ms, timer.queue,
+                                               timer.counter)
+
+
+class ExitsInCancel(ModelSystem):
+    """Calls ``sys.exit`` (or raises ``KeyboardInterrupt``: ``raised``) when it cancels a task that is still
+    pending."""
+
+    raised: type[BaseException] = SystemExit
+
+    def step(self, command):
+        if isinstance(command, v.TimerCancel) and command.task in {task.task_id for task in self.model.timer.pending()}:
+            raise self.raised(3)
+        return super().step(command)
+
+
+class InterruptsInCancel(ExitsInCancel):
+    raised = KeyboardInterrupt
+
+
+class HangsInClose(ModelSystem):
+    """Conforms, but never returns from ``close``."""
+
+    def close(self):
+        while True:
+            pass
+
+
+#: PAUSE="N:FILE": `PausesAfterFailures` pauses at the first init after its N-th wrong answer and writes FILE
+PAUSE = "KPURGATORY_TEST_PAUSE"
+
+
+class PausesAfterFailures(ModelSystem):
+    """``size`` counts one too many while two or more tasks are pending. With `PAUSE` set, it counts its wrong
+    answers (across the systems of one process) and, at the first init after the N-th, writes how many to FILE and
+    waits (for a signal to the check, which is what a test sends on seeing FILE)."""
+
+    wrong = 0
+
+    def init(self, profile, params):
+        pause_after, _, marker = os.environ.get(PAUSE, "").partition(":")
+        if marker and PausesAfterFailures.wrong >= int(pause_after):
+            Path(marker).write_text(str(PausesAfterFailures.wrong))
+            while True:
+                time.sleep(0.01)
+        super().init(profile, params)
+
+    def step(self, command):
+        observation = super().step(command)
+        if isinstance(command, v.Size) and observation.result >= 2:
+            PausesAfterFailures.wrong += 1
+            return attrs.evolve(observation, result=observation.result + 1)
+        return observation
+
+
+class LivelockingModel(Model):
+    """A broken reference model (for the harness's guard on it): an advance with a timer pending never returns."""
+
+    def step(self, command):
+        if isinstance(command, v.Advance) and self.timer.size() > 0:
+            while True:
+                pass
+        return super().step(command)
+
+
+class RaisingModel(Model):
+    """A broken reference model: an advance with a timer pending raises."""
+
+    def step(self, command):
+        if isinstance(command, v.Advance) and self.timer.size() > 0:
+            raise ZeroDivisionError("planted in the model")
         return super().step(command)

@@ -93,7 +93,7 @@ def test_outside_the_models_domain_the_adapter_shows_kafkas_behaviour_unmasked(a
                                 terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "finding deadline-wraps" in result.output and "delay_out_of_range" in result.output
-    assert result.output.strip().endswith("0 passed, 0 failed, 1 Kafka findings")
+    assert result.output.strip().endswith("0 passed, 0 failed, 1 Kafka finding")
 
 
 def test_a_short_check_passes_with_kafkas_overflow_bugs_reported_as_findings(adapter, tmp_path):

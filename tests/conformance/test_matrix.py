@@ -70,7 +70,7 @@ EVERY_VERDICT = ["--impl", f"ok={BUILTIN}", "--impl", "kafka-like=planted:KafkaL
                  "hostile=test_matrix:Hostile", "--impl", "hostile-hello=test_matrix:HostileHello", "--impl",
                  "timer-only=test_matrix:TimerOnly", "--adapter",
                  f"crashes={CRASHES}", "--checks", "purgatory/exact,scenarios", "--examples", "8", "--max-failures",
-                 "1", "--timeout", "2"]
+                 "1", "--timeout", "5"]
 
 
 def invoke(*args: str):
@@ -144,7 +144,7 @@ def test_every_counterexample_the_matrix_names_is_there_with_its_page(importable
 
 def test_only_passes_and_findings_exit_0_and_a_failure_exits_1(importable, tmp_path):
     passing = invoke("--impl", f"ok={BUILTIN}", "--impl", "kafka-like=planted:KafkaLike", "--checks",
-                     "scenarios", "--timeout", "2", "--out", str(tmp_path / "a"))
+                     "scenarios", "--timeout", "5", "--out", str(tmp_path / "a"))
     assert passing.exit_code == 0, passing.output
     failing = invoke("--impl", f"ok={BUILTIN}", "--impl", "hostile=test_matrix:Hostile", "--checks", "scenarios",
                      "--out", str(tmp_path / "b"))

@@ -38,7 +38,7 @@ def matrix(tmp_path_factory):
             "--impl", "kafka-like=planted:KafkaLike", "--impl", f"{HOSTILE_NAME}=test_matrix:Hostile",
             "--impl", "hostile-hello=test_matrix:HostileHello", "--impl", "timer-only=test_matrix:TimerOnly",
             "--adapter", f"crashes={sys.executable} {HERE / 'misbehaving_adapter.py'} crash 0",
-            "--checks", "purgatory/exact,scenarios", "--examples", "8", "--max-failures", "1", "--timeout", "2",
+            "--checks", "purgatory/exact,scenarios", "--examples", "8", "--max-failures", "1", "--timeout", "5",
             "--out", str(out)], terminal_width=200)
     finally:
         sys.path.remove(str(HERE))
@@ -92,7 +92,7 @@ def test_a_finding_links_to_its_counterexample_page(page, matrix):
     finding = next(finding for row in data["rows"] for cell in row["cells"].values() for finding in cell["findings"])
     assert name == finding["name"]
     link.click()
-    page.wait_for_selector("body[data-ready='1']", timeout=20_000)  # the view's page, drawn
+    page.wait_for_selector("body[data-ready='1']")  # the view's page, drawn
     assert page.url == (out / finding["view"]).resolve().as_uri()
     [trace] = read_traces(out / finding["trace"])
     assert page.inner_text("#summary").startswith(trace.trace_id)
@@ -107,7 +107,7 @@ def test_a_failure_links_to_its_counterexample_page_and_the_verdict_to_its_detai
     entry = page.locator(f"[id='{target}']")
     assert entry.is_visible() and "scenarios: failure" in entry.locator("h3").inner_text()
     failing.locator("li.failure-item a").first.click()
-    page.wait_for_selector("body[data-ready='1']", timeout=20_000)
+    page.wait_for_selector("body[data-ready='1']")
     assert "divergence" in page.inner_text("#verdict").lower() or "fail" in page.inner_text("#verdict").lower()
 
 

@@ -7,9 +7,9 @@ import json
 import random
 import sys
 import threading
-import time
 from pathlib import Path
 
+import attrs
 import pytest
 from click.testing import CliRunner
 
@@ -56,14 +56,32 @@ def test_execution_intervals_round_trip_and_are_validated():
         loads(dumps(timed((10, 5))))
 
 
+class Rendezvous(BuiltinAdapter):
+    """Each watch returns only once all four watches of its round are in the system: a harness that did not run a
+    round's calls at once would break the barrier."""
+
+    def __init__(self):
+        super().__init__()
+        self.round = threading.Barrier(4, timeout=60)
+
+    def step(self, command):
+        if isinstance(command, v.Watch):
+            self.round.wait()
+        return super().step(command)
+
+
 def test_the_calls_of_a_round_really_run_at_once():
-    """Every call has an execution interval and the rounds make them overlap (weak bounds: a loaded machine
-    interleaves less; the figures themselves are measured by `kpurgatory check --threads`)."""
-    system = BuiltinAdapter()
-    figures = [overlap(execute(system, system.hello(), plan_run(random.Random(run), 4, 30), timeout=10,
-                               trace_id=f"o{run}")) for run in range(3)]
-    assert all(f.calls > 0 for f in figures)
-    assert max(f.most for f in figures) >= 3 and sum(f.overlapping for f in figures) > 0
+    """Every call has an execution interval, and the calls of a round are in the system together: their intervals
+    overlap, all four at once (how much real calls overlap is what `kpurgatory check --threads` measures)."""
+    system = Rendezvous()
+    rounds = tuple(tuple((f"w{thread}", v.Watch(f"o{number}.{thread}", ("k",), 100, None)) for thread in range(4))
+                   for number in range(3))
+    history = execute(system, system.hello(), Plan(PARAMS, rounds), timeout=60, trace_id="o")
+    assert history.steps[-1].command == v.Shutdown() and not system.round.broken
+    assert all(step.timing.exec_ns is not None for step in history.steps)
+    figures = overlap(attrs.evolve(history, steps=tuple(step for step in history.steps
+                                                        if isinstance(step.command, v.Watch))))
+    assert (figures.calls, figures.overlapping, figures.most) == (12, 12, 4)
 
 
 # --- start barriers and gates in the stdio server -------------------------------------------------------------
@@ -99,7 +117,7 @@ def test_the_stdio_server_holds_a_barrier_until_all_its_parties_arrived():
 
 
 def test_a_gate_stops_the_chosen_try_until_opened():
-    gates, order = Gates(timeout=5), []
+    gates, order = Gates(), []
 
     def request():
         with gates.armed(GateSpec("g", 2, "entry")):
@@ -112,7 +130,7 @@ def test_a_gate_stops_the_chosen_try_until_opened():
     caller.start()
     assert gates.reached("g") and order == [1]
     gates.open("g")
-    caller.join(5)
+    caller.join(60)
     assert order == [1, 2, 3]
     with gates.armed(GateSpec("h", 5)):
         gates.at("entry")
@@ -127,11 +145,11 @@ def test_a_failing_run_shrinks_to_the_calls_that_matter():
     system = adapter_class(BY_ID["kafka_2160_empty_lists_kept"])()
     hello = system.hello()
     plan = plan_run(random.Random(5), 3, 20)
-    history = execute(system, hello, plan, timeout=10, trace_id="s")
+    history = execute(system, hello, plan, timeout=60, trace_id="s")
     violations = tuple(check_history(history))
     assert violations
-    small, shrunk, still = shrink(lambda candidate: execute(system, hello, candidate, timeout=10, trace_id="s"),
-                                  plan, history, violations, budget_s=30)
+    small, shrunk, still = shrink(lambda candidate: execute(system, hello, candidate, timeout=60, trace_id="s"),
+                                  plan, history, violations, budget_s=600)  # it ends once nothing smaller fails
     assert still and check_history(shrunk)
     assert small.size() <= 2 < plan.size() and len(shrunk.steps) <= 15
 
@@ -139,12 +157,18 @@ def test_a_failing_run_shrinks_to_the_calls_that_matter():
 # --- race schedules -------------------------------------------------------------------------------------------
 
 
+#: the time a schedule gives a call to reach the lock a held call holds: generous, as a loaded machine may start a
+#: thread late (a call that got there late would miss the race the schedule makes)
+SETTLE_S = 0.5
+
+
 def schedule_violations(system) -> dict[str, set[str]]:
     hello = system.hello()
     driver = driver_for(system, hello)
     try:
         return {schedule.name: {violation.property for violation in check_history(
-            run_schedule(system, hello, driver, schedule, timeout=10).history)} for schedule in SCHEDULES}
+            run_schedule(system, hello, driver, schedule, timeout=60, settle_s=SETTLE_S).history)}
+            for schedule in SCHEDULES}
     finally:
         system.close()
 
@@ -179,13 +203,13 @@ def test_an_unlocked_find_or_create_loses_an_op_when_watches_of_a_new_key_race()
                          for thread in range(4)) + ((CLOCK, v.Advance(0)),) for number in range(20))
     plan = Plan(PARAMS, rounds)
 
-    def failures(system, runs: int) -> int:
+    def fails(system, runs: int) -> bool:
+        """Whether one of up to ``runs`` runs fails (a loaded machine preempts less: the mutant may need many)."""
         hello = system.hello()
-        return sum(bool(check_history(execute(system, hello, plan, timeout=10, trace_id=f"f{run}")))
-                   for run in range(runs))
+        return any(check_history(execute(system, hello, plan, timeout=60, trace_id=f"f{run}")) for run in range(runs))
 
-    assert failures(BuiltinAdapter(), 3) == 0
-    assert failures(adapter_class(BY_ID["unlocked_find_or_create"])(), 10) > 0
+    assert not fails(BuiltinAdapter(), 3)
+    assert fails(adapter_class(BY_ID["unlocked_find_or_create"])(), 100)
 
 
 # --- the races of older releases ----------------------------------------------------------------------------------
@@ -199,7 +223,7 @@ BY_NAME = {schedule.name: schedule for schedule in SCHEDULES}
 
 def play(system, name: str, **options):
     hello = system.hello()
-    return run_schedule(system, hello, driver_for(system, hello), BY_NAME[name], timeout=10, **options)
+    return run_schedule(system, hello, driver_for(system, hello), BY_NAME[name], timeout=60, **options)
 
 
 @pytest.mark.parametrize("system, completion", [
@@ -208,7 +232,7 @@ def play(system, name: str, **options):
     (planted_releases.TryLockEra, ("drain", v.Complete("a", "check"))),  # tryLock alone (1.0): only the drain
 ])
 def test_the_held_second_try_completes_the_op_as_each_releases_locks_do(system, completion):
-    history = play(system(), "ready_during_held_second_try").history
+    history = play(system(), "ready_during_held_second_try", settle_s=SETTLE_S).history
     [completed] = [(step.timing.thread, event) for step in history.steps for event in step.observation.events]
     assert completed == completion
     assert {violation.property for violation in check_history(history)} == (
@@ -244,10 +268,9 @@ def test_check_history_judges_a_history_by_the_release_its_header_declares(tmp_p
 
 def test_a_call_that_waits_where_the_schedule_expects_none_opens_the_gates_and_the_run_goes_on():
     """One lock for every op: the new watch in cancel_key_during_check waits for the lock the held check holds.
-    The schedule gives up holding it, says so, and its history is checked like any other."""
-    started = time.monotonic()
+    The schedule gives up holding it (long before the call's timeout, which would make it a hang), says so, and its
+    history is checked like any other."""
     outcome = play(planted_releases.OneLockForAllOps(), "cancel_key_during_check", stall_s=0.3)
-    assert time.monotonic() - started < 5
     assert outcome.deviation == "the call of w1 took over 0.3 s while gate w0.check held its call: opened early"
     assert check_history(outcome.history) == [] and outcome.history.steps[-1].command == v.Shutdown()
     result = run_concurrent_check(planted_releases.OneLockForAllOps, threads=2, runs=2, steps=10, seed=1)

@@ -16,6 +16,7 @@ from kpurgatory.conformance.adapters.subprocess import AdapterCrashed, Subproces
 from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.traces.replay import replay
 from kpurgatory.conformance.traces.codec import read_traces
+from kpurgatory.model import vocabulary as v
 
 REFERENCE = "kpurgatory.conformance.adapters.reference:factory"
 MISBEHAVING = f"{sys.executable} {Path(__file__).with_name('misbehaving_adapter.py')}"
@@ -89,11 +90,12 @@ def test_a_forked_child_of_a_passing_adapter_does_not_outlive_the_run(tmp_path):
 
 
 def test_an_endless_stderr_line_is_kept_as_a_bounded_tail(tmp_path):
-    system = SubprocessSystem(f"{MISBEHAVING} stderr-flood 0 {tmp_path}", timeout=1.5)
+    system = SubprocessSystem(f"{MISBEHAVING} stderr-flood 1 {tmp_path}", timeout=1.5)
+    system.hello()
     with pytest.raises(adapter_module.AdapterTimedOut) as caught:
-        system.hello()
+        system.init("timer", v.Params())
     system.close()
-    assert "killed its process group" in str(caught.value)
+    assert "killed it and all it started" in str(caught.value)
     assert 0 < len(caught.value.stderr_tail) <= adapter_module.STDERR_TAIL_BYTES
     assert set(caught.value.stderr_tail) == {"x"}
     assert processes_with(str(tmp_path)) == []
@@ -145,3 +147,16 @@ def test_a_signal_to_the_harness_kills_a_hung_adapter_and_its_children(signum, t
     assert b"interrupted" in stderr and b"Traceback" not in stderr
     assert processes_with(str(tmp_path)) == []
     assert '<error message="interrupted"' in (tmp_path / "j.xml").read_text()  # the report is written on this path too
+
+
+def test_the_first_answer_may_take_the_adapters_start_up_and_later_ones_only_the_timeout(tmp_path):
+    slow_start = tmp_path / "slow_start.py"  # a start-up longer than the timeout, as a loaded machine's can be
+    slow_start.write_text("import os, sys, time\ntime.sleep(2)\nos.execv(sys.argv[1], sys.argv[1:])\n")
+    system = SubprocessSystem(f"{sys.executable} {slow_start} {MISBEHAVING} hang 2", timeout=0.5)
+    try:
+        assert system.hello().implementation
+        system.init("timer", v.Params())
+        with pytest.raises(adapter_module.AdapterTimedOut, match="within 0.5 s"):
+            system.step(v.Advance(1))
+    finally:
+        system.close()

@@ -1,6 +1,7 @@
 """The trace format: round trips, and every kind of bad input rejected with its line and field."""
 
 import json
+import re
 
 import pytest
 from hypothesis import given, settings
@@ -92,3 +93,66 @@ def test_checking_a_line_against_its_commands_schema_says_what_the_whole_schema_
     with pytest.raises(ValueError) as ours:
         validate("step_line", document)
     assert str(ours.value) == whole.value.message.removeprefix("data.")
+
+
+def padded_step(length: int) -> bytes:
+    """A valid step line of exactly ``length`` bytes."""
+    line = step(args={"key": ""}).encode()
+    return line.replace(b'"key": ""', b'"key": "' + b"k" * (length - len(line)) + b'"')
+
+
+@pytest.mark.parametrize("read", ["file", "split"])
+def test_a_line_over_the_limit_is_rejected_before_it_is_held_in_memory(tmp_path, read):
+    """replay's reader (`read_traces`) and validate-traces' (`corpus.split_rows`) read a line at a time: one of
+    exactly MAX_LINE_BYTES is read, one byte more is rejected, and a line far over the limit is skipped in pieces:
+    reading holds what a line at the limit needs, never the whole line."""
+    import tracemalloc
+
+    from kpurgatory.conformance.spark import corpus
+    from kpurgatory.conformance.spark.validate import Rejected, decode
+    from kpurgatory.conformance.traces.codec import MAX_LINE_BYTES, TOO_LONG, read_traces
+
+    def outcome(content: bytes) -> tuple[str, int]:
+        path = tmp_path / "trace.jsonl"
+        path.write_bytes(content)
+        del content
+        tracemalloc.start()
+        try:
+            if read == "file":
+                try:
+                    read_traces(path)
+                    reason = "ok"
+                except TraceFormatError as error:
+                    reason = error.reason
+            else:
+                [row] = [row for row in corpus.split_rows(str(path), 0, path.stat().st_size, 1) if row["line"] == 2]
+                try:
+                    decode(row, {})
+                    reason = "ok"
+                except Rejected as error:
+                    reason = str(error)
+            return reason, tracemalloc.get_traced_memory()[1]
+        finally:
+            tracemalloc.stop()
+
+    at_limit = HEADER.encode() + b"\n" + padded_step(MAX_LINE_BYTES) + b"\r\n"
+    assert outcome(at_limit)[0] == "ok"
+    over = HEADER.encode() + b"\n" + padded_step(MAX_LINE_BYTES + 1) + b"\n"
+    assert outcome(over)[0].endswith(TOO_LONG)
+    far_over = HEADER.encode() + b"\n" + b"[" * (4 * MAX_LINE_BYTES) + b"\n" + step(2).encode() + b"\n"
+    reason, peak = outcome(far_over)
+    assert reason.endswith(TOO_LONG) and peak < 2.5 * MAX_LINE_BYTES, peak
+
+
+def test_gzip_input_is_named_as_such():
+    import gzip
+
+    from kpurgatory.conformance.traces.codec import GZIPPED
+
+    with pytest.raises(TraceFormatError, match=f"^trace.jsonl.gz:1: {re.escape(GZIPPED)}$"):
+        loads(gzip.compress((HEADER + "\n" + step() + "\n").encode()), "trace.jsonl.gz")
+
+
+def test_a_json_message_ending_in_at_is_not_followed_by_another_at():
+    with pytest.raises(TraceFormatError, match=r"^t:2: not JSON: Unterminated string starting at column 10$"):
+        loads(HEADER + '\n{"trace":"t\n', "t")

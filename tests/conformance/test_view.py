@@ -225,3 +225,23 @@ def test_given_violations_are_not_computed_again():
 def test_write_view_creates_folders(tmp_path):
     path = write_view(tmp_path / "a" / "b.html", scenarios()["seed.cascade"])
     assert path.read_text().startswith("<!DOCTYPE html>")
+
+
+def test_an_unwritable_page_is_one_line_and_exit_3(tmp_path):
+    source = write_traces(tmp_path / "trace.jsonl", scenarios()["seed.cascade"])
+    folder = tmp_path / "a-file"  # a file where a folder should be
+    folder.write_text("")
+    for output, reason in (("/dev/full", "/dev/full: No space left on device"),
+                           (folder / "x.html", f"{folder / 'x.html'}: {folder}: File exists")):
+        result = CliRunner().invoke(main, ["view", str(source), "-o", str(output)])
+        assert (result.exit_code, result.output) == (3, f"Error: cannot write {reason}\n")
+
+
+def test_a_lone_surrogate_reaches_the_page_spelled_as_json_spells_it(tmp_path):
+    """JSON's "\\ud800" is a valid trace string that UTF-8 cannot hold: the page shows it as the terminal does."""
+    trace = scenarios()["seed.cascade"]
+    odd = attrs.evolve(trace, header=attrs.evolve(trace.header, trace_id="lone\ud800sur"))
+    path = write_traces(tmp_path / "odd.jsonl", odd)
+    result = CliRunner().invoke(main, ["view", str(path)])
+    assert result.exit_code == 0, result.output
+    assert views_in((tmp_path / "odd.html").read_text())[0]["id"] == "lone\\ud800sur"

@@ -4,7 +4,6 @@ when its threads happen to race that way; this schedule makes the race happen ev
 (as Kafka's group coordinator does, KAFKA-6042), and counts the op's tryComplete calls."""
 
 import threading
-import time
 
 import pytest
 
@@ -13,17 +12,40 @@ from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
 from kpurgatory.model import vocabulary as v
 
 
+class Announcing:
+    """A reentrant lock that says when a thread finds it held and starts to wait for it."""
+
+    def __init__(self):
+        self.lock, self.waiting = threading.RLock(), threading.Event()
+
+    def acquire(self) -> bool:
+        if not self.lock.acquire(blocking=False):
+            self.waiting.set()
+            self.lock.acquire()
+        return True
+
+    def release(self) -> None:
+        self.lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc) -> None:
+        self.release()
+
+
 def tries_after_completion(system) -> int:
     system.init("purgatory", v.Params())
     system.step(v.Watch("x", ("k",), 1000, None))  # two tries, neither ready: watched on k
     op = system.ops["x"]
+    op.lock = lock = Announcing()  # the op's own lock (Kafka lets a caller give one)
     checking = threading.Thread(target=system.step, args=(v.Check("k"),))
     with op.lock:  # a caller completing the op under its lock (Kafka's group lock, KAFKA-6042)
         checking.start()
-        time.sleep(0.5)  # the check has seen x not completed and waits for the lock
+        assert lock.waiting.wait(60)  # the check has seen x not completed and waits for the lock
         assert system.step(v.Force("x")).result is True
         tries_at_completion = op.try_calls
-    checking.join(10)
+    checking.join(60)
     assert not checking.is_alive()
     return op.try_calls - tries_at_completion
 

@@ -2,6 +2,7 @@
 same line, the same reason word for word, exit 2 from both, and no trace of a rejected file passing. Good input that
 naive line splitting or float handling gets wrong (a raw U+2028 inside a string, CRLF line ends) passes both."""
 
+import gzip
 import json
 
 import pyarrow as pa
@@ -58,6 +59,14 @@ CASES = {
     "u2028-in-a-string": (lines(header("u2028-in-a-string"), step("u2028-in-a-string", args={
         "task": "a\u2028b", "delay_ms": 8}).replace("\\u2028", "\u2028")), None),
     "crlf": (lines(header("crlf"), step("crlf")).replace(b"\n", b"\r\n"), None),
+    # a lone surrogate is valid JSON: every output must hold it
+    "lone-surrogate": (lines(header("lone\ud800sur"), step("lone\ud800sur", args={"task": "t\udc00", "delay_ms": 8})),
+                       None),
+    # a last line that names no trace: the trace before it may have lost its last step there
+    "garbage-last-line": (lines(header("garbage-last-line"), step("garbage-last-line"), "garbage"), 3),
+    "deep-last-line": (lines(header("deep-last-line"), "[" * 100 + "]" * 100), 2),
+    "one-byte-too-long": (lines(header("one-byte-too-long"), "x" * (codec.MAX_LINE_BYTES + 1)), 2),
+    "gzip": (gzip.compress(lines(header("gzip"), step("gzip"))), 1),
 }
 
 

@@ -116,12 +116,12 @@ def test_bad_input_the_sample_lacks_is_quarantined_whole_too(tmp_path):
     header = '{"trace":"%s","seq":0,"header":{"format":"kpurgatory-trace","version":1,"profile":"timer",' \
              '"params":{"tick_ms":%d,"wheel_size":2,"start_ms":0},"implementation":"x"}}'
     size = '{"trace":"%s","seq":%s,"cmd":"size","args":{},"result":0,"events":[]}'
-    text = "\n".join([
+    text = b'{"trace":"\xff"}\n' + "\n".join([  # not UTF-8, before any trace: it can belong to none
         header % ("twice", 1), size % ("twice", 1), header % ("twice", 1),  # a second header
         header % ("float-seq", 1), size % ("float-seq", "1.0"),  # seq 1.0 is not an integer
         header % ("huge-tick", 2**63 - 1), size % ("huge-tick", 1),  # params the schema accepts, the model not
         header % ("ok", 1), size % ("ok", 1),
-    ]).encode() + b'\n{"trace":"\xff"}\n'
+    ]).encode() + b"\n"
     (tmp_path / "odd.jsonl").write_bytes(text)
     rows = pa.Table.from_batches(validate_batches(sorted_input(tmp_path / "odd.jsonl").to_batches(), "exact"))
     reasons = {}
@@ -149,3 +149,54 @@ def test_traces_cut_by_splits_or_spread_over_files_get_the_verdicts_the_shuffle_
                                                                                   "quarantine.parquet"))
     assert tables["runs", 2000] == tables["shuffle", None]
     assert tables["shuffle", None][:2] == (sample.EXPECTED["verdicts"], sample.EXPECTED["quarantine"])
+
+
+def test_an_unwritable_out_is_one_line_before_spark_starts(monkeypatch, tmp_path):
+    import kpurgatory.conformance.spark.validate as validate
+
+    monkeypatch.setattr(validate, "get_session", lambda *args: pytest.fail("started Spark"))
+    result = CliRunner().invoke(main, ["validate-traces", str(sample.path()), "--out", "/dev/full/out"])
+    assert result.exit_code == 3 and result.output.startswith("Error: cannot write /dev/full/out: ")
+    assert result.output.count("\n") == 1, result.output
+
+
+@pytest.mark.parametrize("failure", ["SIGTERM", "disk full"])
+def test_a_run_that_does_not_finish_leaves_no_part_of_its_outputs(monkeypatch, tmp_path, failure):
+    """Outputs are moved into --out only when all are written: an interruption or a full disk half-way leaves the
+    previous run's outputs as they were, and says so in one line."""
+    import errno
+    import types
+
+    import kpurgatory.conformance.spark.validate as validate
+    from kpurgatory.conformance.cli import Interrupted
+
+    out = tmp_path / "out"
+    (out / "verdicts.parquet").mkdir(parents=True)
+    (out / "summary.json").write_text("the previous run's")
+    cancelled = []
+
+    def half_way(session, paths, staging, *args):
+        (staging / "verdicts.parquet").mkdir()
+        (staging / "verdicts.parquet" / "part-0.parquet").write_text("half")
+        raise Interrupted("SIGTERM") if failure == "SIGTERM" else OSError(errno.ENOSPC, "No space left on device", str(staging / "failing"))
+
+    session = types.SimpleNamespace(sparkContext=types.SimpleNamespace(cancelAllJobs=lambda: cancelled.append(1)))
+    monkeypatch.setattr(validate, "get_session", lambda *args: session)
+    monkeypatch.setattr(validate, "write_outputs", half_way)
+    result = CliRunner().invoke(main, ["validate-traces", str(sample.path()), "--out", str(out)])
+    assert result.exit_code == 3 and result.output == {
+        "SIGTERM": "interrupted (SIGTERM): stopped, adapters killed\n",
+        "disk full": f"Error: cannot write {out}: No space left on device\n"}[failure]
+    assert sorted(path.name for path in out.iterdir()) == ["summary.json", "verdicts.parquet"]
+    assert (out / "summary.json").read_text() == "the previous run's" and cancelled == [1]
+
+
+def test_a_line_naming_no_trace_counts_against_the_trace_before_it_even_across_a_split(tmp_path):
+    """It may be that trace's lost last step; before any trace, and blank, it belongs to none."""
+    path = tmp_path / "t.jsonl"
+    lines = [b"garbage first", *sample.path().read_bytes().splitlines()[2:4], b"", b"garbage after a"]
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    cut = len(b"\n".join(lines[:4])) + 1  # a split starting at the blank line, as a cut may fall anywhere
+    rows = [*corpus.split_rows(str(path), 0, cut, 1), *corpus.split_rows(str(path), cut, path.stat().st_size, 5)]
+    assert [(row["line"], row["trace"]) for row in rows] == [
+        (1, None), (2, "mixed-0"), (3, "mixed-0"), (4, None), (5, "mixed-0")]

@@ -68,3 +68,16 @@ def test_a_resource_limit_hit_is_reported_as_such(tmp_path, monkeypatch):
     assert result.exit_code == 1, result.output
     rows = {row["name"]: row for row in json.loads(result.output)["obligations"]}
     assert {row["result"] for row in rows.values()} == {"unknown: resource limit"}, rows
+
+
+def test_prove_names_the_obligations_it_is_discharging_on_a_terminal_only(monkeypatch):
+    only = ["--only", "wheel.refusal.*", "--only", "mutant.purgatory.purge_ge"]
+    quiet = CliRunner().invoke(main, ["prove", "--json", "--jobs", "2", *only])
+    assert quiet.exit_code == 0 and quiet.stderr == ""  # a log or a pipe gets the report alone
+    monkeypatch.setenv("FORCE_COLOR", "1")  # stderr counts as a terminal
+    shown = CliRunner().invoke(main, ["prove", "--json", "--jobs", "2", *only])
+    assert shown.exit_code == 0, shown.output
+    assert [row["name"] for row in json.loads(shown.stdout)["obligations"]] == \
+        [row["name"] for row in json.loads(quiet.stdout)["obligations"]]  # stdout is the same report
+    for text in ("proving", "wheel.refusal.exact", "mutant.purgatory.purge_ge", "0/2"):
+        assert text in shown.stderr
