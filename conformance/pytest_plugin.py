@@ -11,10 +11,19 @@ their own test run:
 
     def test_my_purgatory_is_thread_safe(kpurgatory_check_concurrently):
         kpurgatory_check_concurrently(MyAdapter, threads=4)   # fails with the violations and the history
+
+    def test_my_timer_passes_the_vectors(kpurgatory_vector):   # one test per case of a vector tree
+        kpurgatory_vector(MyAdapter, level="exact")   # skips what MyAdapter cannot run; fails naming the case
+
+The vectors mode is the Python driver of specs/vectors.md: the tree is ``--kpurgatory-vectors DIR`` or
+$KPURGATORY_VECTORS, failing cases write their observed trace to $KPURGATORY_VECTORS_OUT (default: the test's
+tmp_path), and $KPURGATORY_VECTORS_RESULTS, if set, receives the results file at the end of the session.
 """
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +34,80 @@ from kpurgatory.conformance.check.concurrent import ConcurrentResult, render, ru
 from kpurgatory.conformance.traces.replay import ReplayReport, replay, scenarios
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
 from kpurgatory.conformance.traces.codec import Trace
+from kpurgatory.conformance.tools import vectors
+
+RESULTS = pytest.StashKey[list]()
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.getgroup("kpurgatory").addoption(
+        "--kpurgatory-vectors", metavar="DIR", help=f"The vector tree the kpurgatory_vector fixture runs (default: "
+                                                   f"${vectors.ENV_TREE}).")
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A test asking for ``kpurgatory_vector`` runs once per case of the tree, named by the case's id."""
+    if "kpurgatory_vector" not in metafunc.fixturenames:
+        return
+    root = metafunc.config.getoption("kpurgatory_vectors") or os.environ.get(vectors.ENV_TREE)
+    if not root:
+        raise pytest.UsageError(f"kpurgatory_vector: {vectors.NO_TREE}, or pass --kpurgatory-vectors DIR")
+    try:
+        entries = vectors.read_index(Path(root))["cases"]
+    except ValueError as error:
+        raise pytest.UsageError(f"kpurgatory_vector: {error}") from None
+    metafunc.parametrize("kpurgatory_vector", [(Path(root), entry) for entry in entries], indirect=True,
+                         ids=[entry["id"] for entry in entries])
+
+
+@pytest.fixture
+def kpurgatory_vector(request: pytest.FixtureRequest, tmp_path: Path):
+    """``run(factory, level="exact")``: run this test's case of the vector tree on a system ``factory`` makes,
+    judged from the case alone (specs/vectors.md). A case the system cannot run is skipped with the reason; a
+    failure fails the test with the case path, the step, expected vs observed, the observed trace and the command
+    that replays it."""
+    root, entry = request.param
+
+    def run(factory: Callable[[], SystemUnderTest], level: str = "exact") -> vectors.CaseResult:
+        system = factory()
+        try:
+            hello = system.hello()
+            out_dir = Path(os.environ.get(vectors.ENV_OUT) or tmp_path)
+            result, report = vectors.run_case(root, entry, system, hello, level, out_dir)
+        finally:
+            system.close()
+        request.config.stash.setdefault(RESULTS, []).append((hello, level, result))
+        if result.verdict == "skip":
+            pytest.skip(result.reason)
+        if result.verdict == "fail":
+            pytest.fail(report, pytrace=False)
+        return result
+
+    return run
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Write the results file (specs/vectors.md) where $KPURGATORY_VECTORS_RESULTS says, if it does. Under
+    pytest-xdist each worker writes its part next to it, and the controller joins the parts."""
+    target = os.environ.get(vectors.ENV_RESULTS)
+    if not target:
+        return
+    target, results = Path(target), session.config.stash.get(RESULTS, [])
+    worker = getattr(session.config, "workerinput", {}).get("workerid")
+    parts = [] if worker is not None else sorted(target.parent.glob(f"{target.name}.part-*"))
+    documents = [json.loads(part.read_text()) for part in parts]
+    if results:
+        hello, level, _ = results[-1]
+        documents.append(vectors.results_document("python", hello, level, [result for _, _, result in results]))
+    if not documents:
+        return
+    document = {**documents[-1], "cases": sorted((case for each in documents for case in each["cases"]),
+                                                  key=lambda case: case["path"])}
+    target.parent.mkdir(parents=True, exist_ok=True)
+    written = target if worker is None else target.with_name(f"{target.name}.part-{worker}")
+    written.write_text(json.dumps(document, indent=1) + "\n")
+    for part in parts:
+        part.unlink()
 
 
 @pytest.fixture(scope="session")

@@ -33,6 +33,7 @@ files are rewritten after every row, so an interrupted run leaves the rows it fi
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import datetime
 import html
@@ -40,6 +41,7 @@ import os
 import platform
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -55,12 +57,12 @@ from rich.table import Table
 from kpurgatory.conformance.adapters import load_factory, system_factory
 from kpurgatory.conformance.adapters.subprocess import AdapterError
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
-from kpurgatory.conformance.check.findings import KafkaShadow, recognise
+from kpurgatory.conformance.check.findings import FINDINGS, KafkaShadow, recognise
 from kpurgatory.conformance.check.concurrent import label, run_concurrent_check
 from kpurgatory.conformance.check.sequential import DEFAULT_MAX_FAILURES, DEFAULT_TIMEOUT_S, render, run_check, \
     time_limited
 from kpurgatory.conformance.terminal import command_console, markup, safe
-from kpurgatory.conformance.traces.codec import Trace, read_traces, write_traces
+from kpurgatory.conformance.traces.codec import Trace, TraceFormatError, read_traces, write_traces
 from kpurgatory.conformance.traces.replay import ReplayReport, replay, scenarios
 from kpurgatory.conformance.traces.view import asset, write_view
 from kpurgatory.model import CommandError, Model
@@ -95,7 +97,7 @@ class Column:
 
     @property
     def slug(self) -> str:
-        return self.id.replace("/", "-")
+        return re.sub(r"[^A-Za-z0-9._-]+", "-", self.id)
 
 
 COLUMNS = (
@@ -112,7 +114,13 @@ COLUMNS = (
     Column("scenarios", None, "scenarios", "Kafka's own unit tests and the release rules' scenarios, replayed at the "
                                            "exact level (kpurgatory scenarios)"),
 )
-COLUMNS_BY_ID = {column.id: column for column in COLUMNS}
+#: a column per profile and kind of test vectors (specs/vectors.md), filled from drivers' results files
+VECTOR_COLUMNS = tuple(
+    Column(f"vectors {profile}/{kind}", profile, "vectors", f"the {kind} test vectors of the {profile} profile, run by "
+                                                            f"a driver in the implementation's own test runner")
+    for profile, kinds in (("timer", ("scenarios", "coverage", "findings")),
+                           ("purgatory", ("scenarios", "coverage", "releases"))) for kind in kinds)
+COLUMNS_BY_ID = {column.id: column for column in COLUMNS + VECTOR_COLUMNS}
 
 
 #: the budget of every cell: small, so that all the covered releases run in minutes each
@@ -473,6 +481,62 @@ def run_row(subject: Subject, columns: tuple[Column, ...], budget: Budget, out: 
     return row
 
 
+def results_files(paths: tuple[Path, ...]) -> list[Path]:
+    """The results files given, a folder standing for the ``*.json`` files in it."""
+    return [each for path in paths for each in (sorted(path.glob("*.json")) if path.is_dir() else [path])]
+
+
+def read_results(path: Path) -> dict:
+    """A driver's results file (specs/vectors.md), validated; a bad one is a usage error."""
+    from kpurgatory.conformance.tools.vectors import check_document
+
+    try:
+        document = orjson.loads(path.read_bytes())
+        check_document("results", document, str(path))
+    except (OSError, ValueError) as error:
+        raise click.BadParameter(str(error), param_hint="--implementations") from None
+    return document
+
+
+def declared(declarations: dict) -> str:
+    return ", ".join(f"{name} {value}" for name, value in declarations.items()) or "Kafka's defaults"
+
+
+def vector_row(results: dict, source: Path, out: Path) -> dict:
+    """A row from a driver's results file: a cell per profile and kind of vectors. A failing case's observed trace
+    is copied under ``out`` with its page, which the cell links to; a failing findings case is a finding (Kafka's
+    own known misbehaviour: its releases fail these by design)."""
+    name = f"{results['implementation']} ({results['driver']})"
+    row = {"name": name, "kind": "vectors", "release": None, "target": f"{results['driver']} driver, {source}",
+           "implementation": f"{results['level']} level; declares {declared(results['declarations'])}",
+           "note": None, "date": now(), "budget": None, "lacks": [], "cells": {}, "seconds": 0.0,
+           "declarations": results["declarations"], "level": results["level"]}
+    for column in VECTOR_COLUMNS:
+        prefix = f"1/{column.id.removeprefix('vectors ')}/"
+        cases = [case for case in results["cases"] if case["path"].startswith(prefix)]
+        verdicts = collections.Counter(case["verdict"] for case in cases)
+        findings, failures = [], []
+        for case in (case for case in cases if case["verdict"] == "fail"):
+            trace_path = None
+            if case["observed"] and Path(case["observed"]).is_file():
+                folder = out / Subject(name).slug / column.slug
+                trace_path = folder / Path(case["observed"]).name
+                folder.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(case["observed"], trace_path)
+                with contextlib.suppress(TraceFormatError):
+                    write_view(trace_path.with_suffix(".html"), read_traces(trace_path))
+            summary = f"step {case['step']}: {case['reason']}" if case["step"] else case["reason"] or "failed"
+            finding = next((f for f in FINDINGS if Path(case["path"]).stem.endswith(f".{f.name}")), None)
+            if column.id.endswith("/findings") and finding is not None:
+                findings.append(finding_entry(finding, out, trace_path, detail=summary))
+            else:
+                failures.append(failure_entry(case["path"], summary, False, out, trace_path))
+        counts = f"{verdicts['pass']} passed, {verdicts['fail']} failed, {verdicts['skip']} skipped"
+        row["cells"][column.id] = (cell("n/a", f"no case run ({counts})") if not verdicts["pass"] + verdicts["fail"]
+                                   else judged(findings, failures, counts, runs=verdicts["pass"] + verdicts["fail"]))
+    return row
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The data and the page
 # ---------------------------------------------------------------------------------------------------------------
@@ -534,7 +598,7 @@ def merged(previous: dict | None, rows: list[dict],
     releases = sorted((row for row in every if row["kind"] == "release"), key=lambda row: version_key(row["release"]))
     ids = {column["id"] for column in (previous or {}).get("columns", [])} | {column.id for column in columns}
     return (releases + [row for row in every if row["kind"] != "release"],
-            tuple(column for column in COLUMNS if column.id in ids))
+            tuple(column for column in COLUMNS + VECTOR_COLUMNS if column.id in ids))
 
 
 def previous_matrix(out: Path) -> dict | None:
@@ -656,8 +720,9 @@ def page(data: dict) -> str:
     body = []
     for row in rows:
         ran = row["budget"]
-        title = (f'{row["target"] or ""}\nrun {row["date"]}: seed {ran["seed"]}, {ran["examples"]} runs of up to '
-                 f'{ran["steps"]} steps per check')
+        title = (f'{row["target"] or ""}\n' + (f'joined {row["date"]}' if ran is None else
+                                               f'run {row["date"]}: seed {ran["seed"]}, {ran["examples"]} runs of '
+                                               f'up to {ran["steps"]} steps per check'))
         name = (f'<th class="row" title="{e(title)}">{e(row["name"])}'
                 f'<div class="muted impl">{e(row["implementation"] or row["note"] or "")}</div>'
                 f'<div class="muted figures">{row["seconds"]:.0f} s</div></th>')
@@ -790,11 +855,15 @@ VERDICT_STYLE = {"pass": "green", "finding": "yellow", "failure": "bold red", "b
 @click.option("--merge", is_flag=True, help="Keep the rows of the matrix already in --out that this run does not "
                                             "redo (each row records its own date and budget): run a few releases "
                                             "at a time.")
+@click.option("--implementations", "implementations", multiple=True,
+              type=click.Path(exists=True, path_type=Path), metavar="RESULTS",
+              help="A driver's results file of the test vectors (specs/vectors.md), or a folder of them: a row per "
+                   "file, a column per profile and kind of vectors; repeatable. Given alone, no system is run.")
 @click.option("--page-only", is_flag=True, help="Run nothing: write --out's index.html again from its matrix.json "
                                                 "(after a change to the page), and each counterexample's page from "
                                                 "its trace where it is missing (the repository keeps the traces).")
 def matrix_command(releases, adapters, impls, checks, seed, examples, steps, threads, timeout, max_failures, out,
-                   merge, page_only):
+                   merge, implementations, page_only):
     """Run every check against every covered Kafka release (or the given systems) with one seed and a small
     budget, and write the results as a table: OUT/matrix.json and one self-contained page, OUT/index.html, each
     cell pass, finding (Kafka's own known misbehaviour), failure, broke, n/a or skipped, linked to the pages of its
@@ -817,7 +886,12 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
     columns = tuple(column for column in COLUMNS if column.id in chosen)
     if not columns:
         raise click.BadParameter("no check given", param_hint="--checks")
-    subjects = subjects_of(releases, adapters, impls)
+    joined = [(path, read_results(path)) for path in results_files(implementations)]
+    if implementations and not joined:
+        raise click.BadParameter("no results file in the folders given", param_hint="--implementations")
+    # results alone are joined without running any system
+    subjects = subjects_of(releases, adapters, impls) if releases or adapters or impls or not joined else []
+    columns = (columns if subjects else ()) + (VECTOR_COLUMNS if joined else ())
     previous = previous_matrix(out) if merge else None
     if not merge:
         forget(out)
@@ -825,8 +899,10 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
     console = command_console()
     env = environment(subjects)
     command = shlex.join(["kpurgatory", "matrix", *(sys.argv[2:] if sys.argv[1:2] == ["matrix"] else ())])
-    console.print(f"matrix: {len(subjects)} systems × {len(columns)} checks; seed {seed}, {examples} runs of up to "
-                  f"{steps} steps per check; writing {markup(out)}")
+    console.print(f"matrix: {len(joined)} results files of test vectors joined; " * bool(joined)
+                  + (f"{len(subjects)} systems × {len(columns) - len(VECTOR_COLUMNS) * bool(joined)} checks; seed "
+                     f"{seed}, {examples} runs of up to {steps} steps per check; " if subjects else "")
+                  + f"writing {markup(out)}")
 
     def show(subject: Subject, column: Column, result: dict) -> None:
         named_findings = ", ".join(f["name"] for f in result["findings"])
@@ -836,10 +912,14 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
 
     rows: list[dict] = []
     try:
+        for path, results in joined:
+            rows.append(vector_row(results, path, out))
         for subject in subjects:
             rows.append(run_row(subject, columns, budget, out, show))
             console.print(f"{markup(subject.name)}: {rows[-1]['seconds']:.0f} s", highlight=False)
             env["load_average_end"] = loads()
+            write_matrix(out, matrix_data(*merged(previous, rows, columns), budget, env, command))
+        if not subjects:
             write_matrix(out, matrix_data(*merged(previous, rows, columns), budget, env, command))
     except OSError as error:
         click.echo(f"Error: cannot write the matrix to {safe(out)}: {safe(error)}", err=True)
@@ -851,7 +931,8 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
     table.add_column("time", justify="right")
     for row in rows:
         table.add_row(markup(row["name"]), *(f"[{VERDICT_STYLE[row['cells'][c.id]['verdict']]}]"
-                                             f"{row['cells'][c.id]['verdict']}[/]" for c in columns),
+                                             f"{row['cells'][c.id]['verdict']}[/]" if c.id in row["cells"] else "—"
+                                             for c in columns),
                       f"{row['seconds']:.0f} s")
     console.print(table)
     total = totals(rows)

@@ -1,0 +1,3 @@
+module kpurgatory/driver
+
+go 1.22
