@@ -42,7 +42,8 @@ SHARED = {
 SLOW = ["spark/test_*.py", "examples/test_*.py", "conformance/test_kafka_releases.py", "conformance/test_matrix.py",
         "conformance/test_matrix_browser.py", "impl/test_bench_kafka.py", "impl/test_implementations.py",
         "external/test_npm_timer_wheel.py", "mutants/test_*.py", "specs/test_specs_obligations.py",
-        "specs/test_specs_refutations.py", "specs/test_specs_interleaving.py"]
+        "specs/test_specs_refutations.py", "specs/test_specs_interleaving.py", "conformance/test_vectors.py",
+        "conformance/test_matrix_vectors.py"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects

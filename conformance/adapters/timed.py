@@ -140,11 +140,21 @@ class Watchdog:
         try:
             yield
         finally:
-            with self.changed:
-                del self.deadlines[ident]
-                if ident in self.fired:  # a TimeLimit may still be on its way: the block is over
-                    self.fired.discard(ident)
-                    ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+            self._end(ident)
+
+    def _end(self, ident: int) -> None:
+        """Forget ``ident``'s deadline. A TimeLimit fired just before may arrive while this runs: the cleanup is
+        retried until it is done, or the watchdog would go on raising in this thread after its block ended."""
+        while True:
+            try:
+                with self.changed:
+                    self.deadlines.pop(ident, None)
+                    if ident in self.fired:  # a TimeLimit may still be on its way: the block is over
+                        self.fired.discard(ident)
+                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+                return
+            except TimeLimit:
+                continue
 
     def _watch(self) -> None:
         with self.changed:

@@ -4,7 +4,7 @@ import json
 import sys
 
 import attrs
-from hypothesis import find
+from hypothesis import Phase, find, settings
 
 from kpurgatory.conformance.adapters.builtin import factory as builtin
 from kpurgatory.conformance.adapters.reference import ModelSystem
@@ -143,8 +143,10 @@ def test_the_edge_of_time_and_far_clocks_are_drawn_on_purpose():
     """Exactly Long.MAX_VALUE and just beyond it, from a clock that has not moved as from one that has; clock origins
     just below a multiple of 2^32 ticks and just below Long.MAX_VALUE."""
     p = Params(10, 4, 0)
-    assert find(strategies.delays(p, 0), lambda delay: delay == v.LONG_MAX)
-    assert find(strategies.delays(p, 12345), lambda delay: delay == v.LONG_MAX - 12345)
-    assert find(strategies.delays(p, 12345), lambda delay: v.LONG_MAX < 12345 + delay <= v.LONG_MAX + 30)
-    assert find(strategies.origins(10, 4), lambda start: 0 < 2**32 * 10 - start <= 30)
-    assert find(strategies.origins(10, 4), lambda start: 0 < v.LONG_MAX - start <= 30)
+    drawn = settings(database=None, phases=[Phase.generate])  # that they are drawn; no need to shrink them
+    assert find(strategies.delays(p, 0), lambda delay: delay == v.LONG_MAX, settings=drawn)
+    assert find(strategies.delays(p, 12345), lambda delay: delay == v.LONG_MAX - 12345, settings=drawn)
+    assert find(strategies.delays(p, 12345), lambda delay: v.LONG_MAX < 12345 + delay <= v.LONG_MAX + 30,
+                settings=drawn)
+    assert find(strategies.origins(10, 4), lambda start: 0 < 2**32 * 10 - start <= 30, settings=drawn)
+    assert find(strategies.origins(10, 4), lambda start: 0 < v.LONG_MAX - start <= 30, settings=drawn)
