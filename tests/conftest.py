@@ -31,19 +31,21 @@ SHARED = {
     "cargo": ["examples/test_driver_rust.py"],
     "go": ["examples/test_driver_go.py"],
     "packaging": ["test_packaging.py"],
+    "interruption": ["conformance/test_interruption.py"],
     "obligations": ["specs/test_specs_interleaving.py", "specs/test_specs_obligations.py",
                     "specs/test_specs_refutations.py"],
 }
 
 
 #: test modules (globs relative to tests/) of the slow suites: Spark jobs, builds and runs of the language drivers and
-#: of Kafka's released jars, nested test runs, the mutants and the obligations; `pytest -m slow` runs them (and the
+#: of Kafka's released jars, nested test runs, the mutants and the obligations, and the interruptions (the in-process
+#: livelocks they leave behind keep spinning in their worker, slowing every test after them there); `pytest -m slow` runs them (and the
 #: tests marked slow one by one), `pytest -m "not slow"` the rest (.ci/run runs both)
 SLOW = ["spark/test_*.py", "examples/test_*.py", "conformance/test_kafka_releases.py", "conformance/test_matrix.py",
         "conformance/test_matrix_browser.py", "impl/test_bench_kafka.py", "impl/test_implementations.py",
         "external/test_npm_timer_wheel.py", "mutants/test_*.py", "specs/test_specs_obligations.py",
         "specs/test_specs_refutations.py", "specs/test_specs_interleaving.py", "conformance/test_vectors.py",
-        "conformance/test_matrix_vectors.py"]
+        "conformance/test_matrix_vectors.py", "conformance/test_interruption.py"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects
