@@ -132,5 +132,5 @@ def test_check_command_lists_findings_apart_and_passes(tmp_path, monkeypatch):
     for name in ("deadline-wraps", "interval-divides-by-zero"):
         assert f"Kafka finding ({name})" in result.output
     assert all(len(read_traces(path)[0].steps) <= 3 for path in tmp_path.glob("finding-timer-1-*.jsonl"))
-    result = CliRunner().invoke(main, arguments + ["--fail-on-findings"], terminal_width=200)
+    result = CliRunner().invoke(main, arguments + ["--fail-on-findings", "--max-failures", "1"], terminal_width=200)
     assert result.exit_code == 1 and "FAIL seed 1" in result.output, result.output

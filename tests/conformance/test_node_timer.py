@@ -26,8 +26,8 @@ def test_the_node_timer_passes_the_timer_profile_exactly(tmp_path):
 def test_the_off_by_one_node_timer_fails_with_a_counterexample_that_replays(tmp_path):
     runner = CliRunner()
     broken = f"{ADAPTER} --off-by-one"
-    result = runner.invoke(main, ["check", "--adapter", broken, "--seed", "2", "--out", str(tmp_path)],
-                           terminal_width=200)
+    result = runner.invoke(main, ["check", "--adapter", broken, "--seed", "2", "--max-failures", "1", "--out",
+                                  str(tmp_path)], terminal_width=200)
     assert result.exit_code == 1, result.output
     trace = tmp_path / "check-timer-2.jsonl"
     assert len(read_traces(trace)[0].steps) <= 3
