@@ -67,6 +67,7 @@ enum {
     F_LATE_BY_ONE_MS = 1 << 6,
     F_MICROSECOND_QUEUE = 1 << 7,
     F_CANCEL_KEEPS_ENTRY = 1 << 8,
+    F_WINDOW_END_INSIDE = 1 << 9,
 };
 
 static const struct { const char *name; int bit; } FAULTS[] = {
@@ -79,6 +80,7 @@ static const struct { const char *name; int bit; } FAULTS[] = {
     {"late_by_one_ms", F_LATE_BY_ONE_MS},
     {"kafka_938_time_unit", F_MICROSECOND_QUEUE},
     {"cancel_leaves_entry", F_CANCEL_KEEPS_ENTRY},
+    {"window_end_inside", F_WINDOW_END_INSIDE},
 };
 
 typedef struct Link { struct Link *prev, *next; } Link;
@@ -257,7 +259,8 @@ static int wheel_add(Core *c, Task *t)
     if ((c->faults & F_EXPIRED_AT_NEXT_TICK) && expiration == w->current + w->tick) return 0;
     /* Kafka recurses and re-tests "expired" on every level; an overflow wheel's time never passes the time of the
      * wheel below it, so the test cannot succeed above the first level. */
-    while (expiration >= w->current + w->interval) {
+    while (expiration >= w->current + w->interval
+           && !((c->faults & F_WINDOW_END_INSIDE) && expiration == w->current + w->interval)) {
         if (w->overflow == NULL) {
             /* created on first use: tick = this wheel's interval, start = this wheel's current time */
             if ((w->overflow = wheel_new(c, w->interval, w->size, w->current)) == NULL) return -1;
@@ -1231,8 +1234,30 @@ static int purgatory_ready(Purgatory *p)
     return 1;
 }
 
+/* Java's String.hashCode of a str key (31 * h + c over its UTF-16 code units, 32-bit), as its absolute value: a str
+ * key's shard is Kafka's, Math.abs(key.hashCode() % shards), the same in every process (Python's str hash is salted),
+ * so a checker told the layout can aim keys at every shard. */
+static Py_hash_t java_string_hash(PyObject *key)
+{
+    int kind = PyUnicode_KIND(key);
+    const void *data = PyUnicode_DATA(key);
+    uint32_t h = 0;
+    for (Py_ssize_t i = 0, n = PyUnicode_GET_LENGTH(key); i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ(kind, data, i);
+        if (c >= 0x10000) {  /* a surrogate pair in UTF-16 */
+            c -= 0x10000;
+            h = 31 * h + (0xD800 + (c >> 10));
+            c = 0xDC00 + (c & 0x3FF);
+        }
+        h = 31 * h + c;
+    }
+    int32_t signed_h = (int32_t)h;
+    return signed_h < 0 ? -(Py_hash_t)signed_h : (Py_hash_t)signed_h;
+}
+
 static Shard *shard_of(Purgatory *p, PyObject *key)
 {
+    if (PyUnicode_Check(key)) return &p->shards[(size_t)java_string_hash(key) % (size_t)p->shard_count];
     Py_hash_t hash = PyObject_Hash(key);
     if (hash == -1) {
         if (PyErr_ExceptionMatches(PyExc_TypeError)) {

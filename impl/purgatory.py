@@ -26,12 +26,14 @@ Locks, as in Kafka (ordering: op lock, then a shard lock, then the timer lock; n
 * ``force_complete`` is the single door: a test-and-set of ``completed`` lets exactly one caller through however many
   threads race (try, check, expiry, force). Python has no compare-and-set, so the flag is flipped under one of a few
   striped locks held for that instant only; the op lock is not used because it may be a caller's lock held elsewhere.
-* Watch lists live in ``shards`` (default 64) maps, each with its own lock, picked by ``hash(key)``. A shard lock is
-  held only to find, create, append to, filter or drop a key's list, never while user code runs. A check walks a
+* Watch lists live in ``shards`` (default 64) maps, each with its own lock. A str key's shard is Kafka's,
+  ``abs(hashCode) % shards`` with Java's String.hashCode (`java_string_hash`): the same in every process (Python's str
+  hash is salted), so a checker told the layout aims keys at every shard; other keys go by ``hash(key)``. A shard lock
+  is held only to find, create, append to, filter or drop a key's list, never while user code runs. A check walks a
   snapshot of the list and afterwards removes, under the shard lock, the entries whose op it saw completed, so ops
-  appended meanwhile are kept. An emptied list is dropped only if the map still holds that very list (Kafka's
-  identity rule: a concurrent cancel_for_key and re-watch may have put a new list there). Under the GIL shards do not
-  buy parallelism; they keep a thread that is preempted while holding one from stalling unrelated keys.
+  appended meanwhile are kept. An emptied list is dropped only if the map still holds that very list (Kafka's identity
+  rule: a concurrent cancel_for_key and re-watch may have put a new list there). Under the GIL shards do not buy
+  parallelism; they keep a thread that is preempted while holding one from stalling unrelated keys.
 * The estimate of operations (incremented once per watch that reaches the watch phase, reset by a purge) has its own
   lock: ``+=`` is not atomic across threads.
 
@@ -55,6 +57,7 @@ cannot express). ``purge_interval`` must be an int in [0, Integer.MAX_VALUE].
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 from typing import Callable, Hashable, Iterable
@@ -62,9 +65,15 @@ from typing import Callable, Hashable, Iterable
 from kpurgatory.impl.timer import (
     ErrorHook, Reaper, SystemTimer, TimerBase, TimerTask, check_expiration, log_error,
 )
+from kpurgatory.model.contract import java_string_hash
 from kpurgatory.model.vocabulary import INT_MAX
 
 logger = logging.getLogger("kpurgatory.impl")
+#: watch-list shards of a purgatory unless it is given its own count
+SHARDS = 64
+
+#: Java's String.hashCode of a key, remembered: keys repeat, and the hash walks every character
+key_hash = functools.lru_cache(maxsize=1 << 16)(java_string_hash)
 
 #: Striped locks standing in for a compare-and-set on ``DelayedOperation.completed``.
 _COMPLETION_LOCKS = tuple(threading.Lock() for _ in range(64))
@@ -170,7 +179,7 @@ class DelayedOperationPurgatory:
     timer_class: type[TimerBase] = SystemTimer
 
     def __init__(self, name: str = "purgatory", *, purge_interval: int = 1000, timer: TimerBase | None = None,
-                 shards: int = 64, on_error: ErrorHook | None = None):
+                 shards: int = SHARDS, on_error: ErrorHook | None = None):
         if not isinstance(purge_interval, int) or isinstance(purge_interval, bool) \
                 or not 0 <= purge_interval <= INT_MAX:
             raise ValueError(f"purge_interval must be an int in [0, {INT_MAX}], got {purge_interval!r}")
@@ -195,7 +204,7 @@ class DelayedOperationPurgatory:
 
     def _watcher_list(self, key: Hashable) -> WatcherList:
         try:
-            return self._shards[hash(key) & self._shard_mask]
+            return self._shards[(abs(key_hash(key)) if isinstance(key, str) else hash(key)) & self._shard_mask]
         except TypeError:
             raise TypeError(f"purgatory keys must be hashable, got {key!r}") from None
 
@@ -231,7 +240,7 @@ class DelayedOperationPurgatory:
     def _watch_for_operation(self, key: Hashable, op: DelayedOperation) -> None:
         """Kafka's watchForOperation: under the shard lock, find or create the key's list and append ``op`` (a list
         found must not be removed by a check or purge before the op is on it)."""
-        shard = self._shards[hash(key) & self._shard_mask]
+        shard = self._watcher_list(key)
         with shard.lock:
             operations = shard.watchers_by_key.get(key)
             if operations is None:

@@ -76,6 +76,50 @@ def _deadline(instance, attribute, value) -> None:
         raise ValueError(f"{attribute.name} must be an integer in [0, Long.MAX_VALUE], got {value!r}")
 
 
+#: how a system picks a key's watcher shard: Java's String.hashCode of the key's name (Kafka), or no shards at all
+SHARD_HASHES = ("java-string-hashcode", "none")
+
+
+def java_string_hash(text: str) -> int:
+    """Java's String.hashCode: h = 31 * h + c over the UTF-16 code units, in 32-bit two's complement."""
+    units = text.encode("utf-16-be", "surrogatepass")  # a lone surrogate is one code unit, as in Java
+    h = 0
+    for at in range(0, len(units), 2):
+        h = (31 * h + int.from_bytes(units[at:at + 2], "big")) & 0xFFFFFFFF
+    return h - (1 << 32) if h >= 1 << 31 else h
+
+
+@attrs.frozen
+class WatcherShards:
+    """How a purgatory spreads its watch lists: ``count`` lists, a key's chosen by ``hash`` of its name. Kafka (from
+    2.2.0, KAFKA-6431): 512 lists, Math.abs(key.hashCode() % 512). Not a promise the contract judges: it tells
+    exploration which keys reach which lists, so that every list is used."""
+
+    count: int = attrs.field(default=512)
+    hash: str = attrs.field(default="java-string-hashcode", validator=attrs.validators.in_(SHARD_HASHES))
+
+    @count.validator
+    def _count(self, attribute, value) -> None:
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 65536:
+            raise ValueError(f"watcher_shards.count must be an integer in [1, 65536], got {value!r}")
+        if self.hash == "none" and value != 1:
+            raise ValueError(f"watcher_shards.count must be 1 when the hash is \"none\", got {value}")
+
+    def shard(self, key: str) -> int:
+        """The list ``key`` lands in (0 for a system without shards). Java's % keeps the dividend's sign, so
+        Math.abs(h % count) is |h| mod count."""
+        return 0 if self.hash == "none" else abs(java_string_hash(key)) % self.count
+
+
+def _watcher_shards(value) -> WatcherShards:
+    """A hello's ``{"count": ..., "hash": ...}`` (either may be left out), or a `WatcherShards` as it is."""
+    if isinstance(value, WatcherShards):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"watcher_shards must be an object with count and hash, got {value!r}")
+    return WatcherShards(**value)
+
+
 @attrs.frozen
 class Declarations:
     """What a system promises, declared in its hello; the defaults are Kafka's behaviour, as the model has it.
@@ -99,6 +143,8 @@ class Declarations:
                            runs never send it).
       negative_delays      d < 0 "run_at_once" (E is in the past: due at once, as in Kafka), "rejected" or
                            "undefined" (as above).
+      watcher_shards       how many watch lists the purgatory has and how a key's list is picked (`WatcherShards`):
+                           not judged, but generated runs draw keys that reach every list.
       kafka_version        the Kafka release the system follows (a port declares the one it ports): the model
                            behaves as that release, at the exact level too, and the contract allows what its rules
                            allow (an op watched again after it completed may be listed again before KAFKA-18027).
@@ -109,6 +155,7 @@ class Declarations:
     max_deadline_ms: int = attrs.field(default=v.LONG_MAX, validator=_deadline)
     beyond_max_deadline: str = attrs.field(default="rejected", validator=attrs.validators.in_(OUTSIDE))
     negative_delays: str = attrs.field(default="run_at_once", validator=attrs.validators.in_(NEGATIVE))
+    watcher_shards: WatcherShards = attrs.field(factory=WatcherShards, converter=_watcher_shards)
     kafka_version: str | None = attrs.field(default=None, validator=attrs.validators.optional(_release_version))
 
     @property

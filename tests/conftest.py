@@ -45,7 +45,7 @@ SLOW = ["spark/test_*.py", "examples/test_*.py", "conformance/test_kafka_release
         "conformance/test_matrix_browser.py", "impl/test_bench_kafka.py", "impl/test_implementations.py",
         "external/test_npm_timer_wheel.py", "mutants/test_*.py", "specs/test_specs_obligations.py",
         "specs/test_specs_refutations.py", "specs/test_specs_interleaving.py", "conformance/test_vectors.py",
-        "conformance/test_matrix_vectors.py", "conformance/test_interruption.py"]
+        "conformance/test_matrix_vectors.py", "conformance/test_interruption.py", "conformance/test_reproducible.py"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects

@@ -19,12 +19,15 @@ import contextlib
 import functools
 import threading
 
+import attrs
+
 from kpurgatory.conformance.adapters.gates import Gates
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.impl import SELECTED, DelayedOperation, DelayedOperationPurgatory, SystemTimer, TimerTask
-from kpurgatory.impl.purgatory import EmptyKeysError, checked_keys
+from kpurgatory.impl.purgatory import SHARDS, EmptyKeysError, checked_keys
 from kpurgatory.impl.timer import TimerDomainError
 from kpurgatory.model import CommandError
+from kpurgatory.model.contract import KAFKA, WatcherShards
 from kpurgatory.model import vocabulary as v
 
 
@@ -115,7 +118,8 @@ class BuiltinAdapter:
             self.current.route = outer
 
     def hello(self) -> Hello:
-        return Hello(implementation=f"kpurgatory.impl ({SELECTED.name})", profiles=v.PROFILES, features=v.OPTIONAL)
+        return Hello(implementation=f"kpurgatory.impl ({SELECTED.name})", profiles=v.PROFILES, features=v.OPTIONAL,
+                     declarations=attrs.evolve(KAFKA, watcher_shards=WatcherShards(SHARDS)))
 
     def init(self, profile: str, params: v.Params) -> None:
         if profile not in v.PROFILES:

@@ -32,9 +32,9 @@ def command_names(names) -> frozenset[str]:
 @attrs.frozen
 class Hello:
     """The SUT's introduction: its name, the profiles it implements, optional features (``wheel``), what it
-    promises where it is not Kafka (`Declarations`: firing window, lazy size, delay domain; Kafka's by default) and
-    the commands it cannot execute (``unsupported``: a Kafka release without the call, e.g. ``cancel_key`` before
-    0.11.0.0), which the harness then never sends."""
+    promises where it is not Kafka (`Declarations`: firing window, lazy size, delay domain; and how its watch lists
+    are sharded, which exploration covers; Kafka's by default) and the commands it cannot execute (``unsupported``: a
+    Kafka release without the call, e.g. ``cancel_key`` before 0.11.0.0), which the harness then never sends."""
 
     implementation: str
     profiles: tuple[str, ...] = attrs.field(converter=tuple)

@@ -12,8 +12,10 @@ stated once, in words here and in code below:
                    returned it) or dropped (in shutdown's result).
   justified        A completion comes from a route the call could take: ``try`` from a watch or try of that op,
                    ``check`` from a check of one of its keys, ``force`` from a force of it, ``expire`` from an advance
-                   or the op's own watch. A completion via try or check needs the op to be ready: it counts tries
-                   (``ready_on``) or a set_ready(true) of it was invoked before the completing call returned. A check
+                   or the op's own watch, and not after a cancel of it (or a cancel_key that returned it) returned,
+                   unless it was watched again since: cancelling an op cancels its timer entry. A completion via try
+                   or check needs the op to be ready: it counts tries (``ready_on``) or a set_ready(true) of it was
+                   invoked before the completing call returned. A check
                    calls tryComplete on a completed op (stale_try, KAFKA-17848) only if a completion that does not
                    take the op's lock won the race: one by expiry, force or a direct try. A completion under the
                    op's lock (by a check, or by a watch's tries) happened wholly before or after the check held it.
@@ -33,12 +35,15 @@ stated once, in words here and in code below:
                    returned, listed with the history).
 
 A run: ``threads`` workers execute seeded random scripts (watch new ops on a few shared keys, set_ready, check,
-cancel_key, force, try, cancel, read the counters) while a clock thread advances the virtual clock. A worker that
-refers to another thread's op first waits until that op's watch returned. Every op is watched once, so its deadline
-is known up to the clock's movement during the watch. The run ends with a *drain* on one thread: advance past every
-deadline, force every op, check every key, read the counters, shut down. The history is a trace
-(`kpurgatory.conformance.traces.codec`, a header with ``threads`` and steps with timings); a failing one is written to
-``--out`` and ``kpurgatory check-history`` checks any history file, whoever recorded it.
+cancel_key, force, try, cancel, read the counters) while a clock thread advances the virtual clock; the scripts draw
+the sequential check's patterns too (deadlines on the wheel's comparisons, advances to a deadline, a watch followed
+by a cancel_key of its key), and the failing runs of a shared corpus are played as one-call-a-round plans
+(`corpus_plan`). A worker that refers to another thread's op first waits until that op's watch returned. Every op
+of a random run is watched once, so its deadline is known up to the clock's movement during the watch. The run
+ends with a *drain* on one thread: advance past every deadline, force every op, check every key, read the counters,
+shut down. The history is a trace (`kpurgatory.conformance.traces.codec`, a header with ``threads`` and steps with
+timings); a failing one is written to ``--out`` and ``kpurgatory check-history`` checks any history file, whoever
+recorded it.
 
 A violation is a fact about this history, never a guess: every rule uses only what the timings prove (a call that
 returned before another was invoked happened before it). Runs are random interleavings, so the same seed does not
@@ -76,10 +81,12 @@ from kpurgatory.conformance.adapters.gates import Gates, GateSpec
 from kpurgatory.conformance.adapters.interleave import preempted
 from kpurgatory.conformance.adapters.subprocess import AdapterTimedOut, SubprocessSystem
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.check import strategies
 from kpurgatory.conformance.check.findings import Signature
 from kpurgatory.conformance.terminal import command_console, counted, markup
 from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, write_traces
 from kpurgatory.model import vocabulary as v
+from kpurgatory.model.contract import KAFKA, WatcherShards
 from kpurgatory.model.releases import Release
 
 #: the interpreter's thread switch interval during a run: CPython's 5 ms default lets a thread run a whole script
@@ -133,10 +140,19 @@ WEIGHTS = {"watch": 30, "set_ready": 18, "check": 25, "cancel_key": 4, "force": 
 PIPELINED = 0.25
 
 
-def plan_run(rng: random.Random, threads: int, steps: int, unsupported: frozenset[str] = frozenset()) -> Plan:
-    """Random rounds on small wheels (tasks overflow to three and more levels), keys shared by all threads, ops
-    referred to across threads: ``steps`` rounds, each with one or two calls of every worker and one advance. No
-    call is one of the ``unsupported`` commands (those the system's hello says it cannot execute)."""
+#: how often a watch is followed, in its worker's next round, by a cancel_key of one of its keys: the sequential
+#: pattern (watch, cancel_key, the op's deadline passes) that shows a cancel_key leaving the op's timer entry behind
+CANCEL_AFTER_WATCH = 0.1
+
+
+def plan_run(rng: random.Random, threads: int, steps: int, unsupported: frozenset[str] = frozenset(),
+             shards: WatcherShards = KAFKA.watcher_shards) -> Plan:
+    """Random rounds on small and Kafka-sized wheels (tasks overflow to three and more levels), keys shared by all
+    threads on consecutive watcher shards of ``shards`` from a random one, ops referred to across threads: ``steps``
+    rounds, each with one or two calls of every worker and one advance. The patterns the sequential check draws are
+    drawn here too: deadlines on the wheel's comparisons (`strategies.wheel_edges`), advances to a planned deadline
+    or a millisecond before it, and a watch followed by a cancel_key of its key. No call is one of the
+    ``unsupported`` commands (those the system's hello says it cannot execute)."""
     kinds = [kind for kind in WEIGHTS if kind not in unsupported]
     weights = [WEIGHTS[kind] for kind in kinds]
     tick = rng.choice((1, 1, 2, 5))
@@ -144,25 +160,38 @@ def plan_run(rng: random.Random, threads: int, steps: int, unsupported: frozense
     params = v.Params(tick_ms=tick, wheel_size=wheel, start_ms=rng.choice((0, rng.randrange(1, 1000))),
                       purge_interval=rng.choice((0, 1, 2, 5, 1000)))
     span = tick * wheel
-    keys = tuple(f"k{i}" for i in range(threads + 1))
+    names_by_shard, first = strategies.key_names(shards), rng.randrange(shards.count)
+    keys = tuple(dict.fromkeys(names_by_shard[(first + i) % shards.count][i // shards.count]
+                               for i in range(threads + 1)))
     names = [f"w{i}" for i in range(threads)]
     counters = dict.fromkeys(names, 0)
     visible: list[str] = []
+    deadlines: list[int] = []  # of the ops planned so far, from the clock when they were planned
+    follow: dict[str, v.Command] = {}  # a worker's next call, when a pattern chose it
 
     def delay() -> int:
         roll = rng.random()
         if roll < 0.08:
             return rng.randrange(-span, 1)
-        if roll < 0.6:
+        if roll < 0.5:
             return rng.randrange(1, span + 1)
+        if roll < 0.65:
+            levels = strategies.level_clocks(params, clock)
+            return rng.choice(strategies.edge_times(params, levels, rng.choice((0, 0, 1, 1, 2)))) - clock
         return rng.randrange(span, span * wheel * (wheel if roll > 0.9 else 1) + 1)
 
     def command(name: str) -> v.Command:
+        if name in follow:
+            return follow.pop(name)
         kind = rng.choices(kinds, weights)[0]
         counters[name] += 1
         if kind == "watch":
-            return v.Watch(f"{name}.{counters[name] - 1}", tuple(rng.choices(keys, k=rng.choice((1, 1, 2, 3)))),
-                           delay(), rng.choice((None, None, None, 1, 2)))
+            watch = v.Watch(f"{name}.{counters[name] - 1}", tuple(rng.choices(keys, k=rng.choice((1, 1, 2, 3)))),
+                            delay(), rng.choice((None, None, None, 1, 2)))
+            deadlines.append(clock + watch.delay_ms)
+            if "cancel_key" in kinds and rng.random() < CANCEL_AFTER_WATCH:
+                follow[name] = v.CancelKey(rng.choice(watch.keys))
+            return watch
         if kind in ("check", "cancel_key"):
             return v.COMMANDS[kind](rng.choice(keys))
         if kind in ("watched", "delayed", "size"):
@@ -173,12 +202,26 @@ def plan_run(rng: random.Random, threads: int, steps: int, unsupported: frozense
     for _ in range(steps):
         calls = [(name, command(name)) for name in names for _ in range(1 + (rng.random() < PIPELINED))]
         if "advance" not in unsupported:
-            clock += rng.choice((0, rng.randrange(1, tick + 1), rng.randrange(1, span + 1),
-                                 rng.randrange(span, span * wheel + 1)))
+            ahead = [deadline for deadline in deadlines if deadline > clock]
+            if ahead and rng.random() < 0.2:
+                clock = max(clock, rng.choice(ahead) - rng.choice((0, 1)))
+            else:
+                clock += rng.choice((0, rng.randrange(1, tick + 1), rng.randrange(1, span + 1),
+                                     rng.randrange(span, span * wheel + 1)))
             calls.append((CLOCK, v.Advance(clock)))
         rounds.append(tuple(calls))
         visible.extend(command.op for _, command in calls if isinstance(command, v.Watch))
     return Plan(params, tuple(rounds))
+
+
+def corpus_plan(params: v.Params, commands: list[v.Command], hello: Hello) -> Plan:
+    """A sequential run of the shared corpus (`conformance.check.corpus`) as a plan: one call a round, in the run's
+    order, advances on the clock thread and the rest on one worker, so the history holds the run as it was found
+    and the concurrent properties judge it. Read-outs the system lacks and a final shutdown (the drain shuts down)
+    are left out."""
+    calls = [(CLOCK if isinstance(command, v.Advance) else "w0", command) for command in commands
+             if hello.drives(command) and not isinstance(command, v.Shutdown)]
+    return Plan(params, tuple((call,) for call in calls))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -516,6 +559,16 @@ class History:
     def ready_on(self, op: str) -> int | None:
         return self.first(op).command.ready_on
 
+    def cancel_before(self, op: str, time: float) -> Step | None:
+        """A cancel of ``op``, or a cancel_key that returned it, that returned before ``time`` and was invoked after
+        every watch of the op invoked before ``time`` had returned: a watch schedules the op after it watched its
+        keys, so a cancel_key during the watch may come before the op is in the timer."""
+        watches = [watch for watch in self.watches.get(op, ()) if watch.timing.invoked < time]
+        return next((step for step in self.steps if step.timing.returned < time and (
+            isinstance(step.command, v.Cancel) and step.command.op == op or
+            isinstance(step.command, v.CancelKey) and op in (step.observation.result or ())) and all(
+            watch.timing.returned < step.timing.invoked for watch in watches)), None)
+
     def cancelled_by(self, op: str, time: float) -> bool:
         """A cancel of ``op``, or a cancel_key that returned it, was invoked before ``time``."""
         return any(step.timing.invoked < time and
@@ -599,6 +652,10 @@ def justified(history: History) -> Iterator[Violation]:
                     for watch in history.watches[op]):
                 yield Violation("justified", f"op {op} completed by a check of {command.key}, a key it was never "
                                              f"watched on", (step.seq,))
+            elif completion.via == "expire" and (cancel := history.cancel_before(op, step.timing.invoked)):
+                yield Violation("justified", f"op {op} expired in {format_command(command)} after "
+                                             f"{format_command(cancel.command)} had cancelled it (its timer entry was "
+                                             f"left behind)", (cancel.seq, step.seq))
             elif completion.via in ("try", "check") and history.ready_on(op) is None and not any(
                     ready.command.op == op and ready.command.ready and ready.timing.invoked < step.timing.returned
                     for ready in history.of(v.SetReady)):
@@ -992,10 +1049,12 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
                          seed: int | None = None, timeout: float = 10.0, out_dir: str | Path | None = None,
                          on_run: Callable[[int, int], None] | None = None,
                          shrink_budget_s: float = SHRINK_BUDGET_S, max_failures: int = MAX_FAILURES,
-                         fail_on_findings: bool = False) -> ConcurrentResult:
+                         fail_on_findings: bool = False, corpus: str | Path | None = None) -> ConcurrentResult:
     """First the race schedules (`kpurgatory.conformance.check.schedules`, if the system has gates; those using a
-    command the system's hello lists as unsupported are skipped), then ``runs`` random plans of ``threads`` workers
-    and ``steps`` rounds each (from ``seed``), each a fresh run (init) of one system.
+    command the system's hello lists as unsupported are skipped), then the purgatory runs of the shared ``corpus``
+    folder the system can be sent (`conformance.check.corpus`; each as `corpus_plan`, unshrunk: they were shrunk
+    when found), then ``runs`` random plans of ``threads`` workers and ``steps`` rounds each (from ``seed``), each a
+    fresh run (init) of one system.
 
     A history that breaks a property is judged by signature (`signature`): one whose every signature was reported
     already counts as passing, so the check goes on to other bugs; a new one is shrunk (a random run, for up to
@@ -1005,6 +1064,7 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
     ``TRACE-ID.jsonl`` with its table as ``.txt`` and its page (`traces.view`) as ``.html``. A system that hung or
     failed is made afresh for what follows; one that cannot be ends the check (``aborted``). ``on_run(runs so far,
     calls so far)`` reports progress."""
+    from kpurgatory.conformance.check import corpus as shared
     from kpurgatory.conformance.check.schedules import SCHEDULES, run_schedule
 
     seed = random.randrange(2**32) if seed is None else seed
@@ -1072,9 +1132,18 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
                 if found := new_failure(outcome.history):
                     record(outcome.history, *found[:2])
                 aborted = after([outcome.history])
+        for number, (params, commands) in enumerate(shared.load(corpus, "purgatory", hello) if corpus else (), 1):
+            if enough():
+                break
+            history = execute(target.system, hello, corpus_plan(params, commands, hello), timeout=timeout,
+                              trace_id=f"corpus-{number}", driver=target.driver)
+            calls += len(history.steps)
+            if found := new_failure(history):
+                record(history, *found[:2])
+            aborted = after([history])
         while run < runs and not enough():
             run += 1
-            plan = plan_run(rng, threads, steps, hello.unsupported)
+            plan = plan_run(rng, threads, steps, hello.unsupported, hello.declarations.watcher_shards)
             history = execute(target.system, hello, plan, timeout=timeout, trace_id=f"concurrent-{seed}-{run}",
                               driver=target.driver)
             measured += overlap(history)
@@ -1192,7 +1261,7 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on
 
 def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int, seed: int,
                        timeout: float, out: Path, rerun: str, max_failures: int = MAX_FAILURES,
-                       fail_on_findings: bool = False) -> ConcurrentResult:
+                       fail_on_findings: bool = False, corpus: Path | None = None) -> ConcurrentResult:
     """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report."""
     console = command_console()
     console.print(f"checking concurrently: the race schedules, then {runs} runs of {steps} rounds, each round "
@@ -1203,6 +1272,7 @@ def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, 
         task = progress.add_task("runs", total=runs, calls=0)
         result = run_concurrent_check(factory, threads=threads, runs=runs, steps=steps, seed=seed, timeout=timeout,
                                       out_dir=out, max_failures=max_failures, fail_on_findings=fail_on_findings,
+                                      corpus=corpus,
                                       on_run=lambda done, calls: progress.update(task, completed=done, calls=calls))
     print_result(console, result, rerun, fail_on_findings)
     return result

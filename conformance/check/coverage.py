@@ -4,7 +4,9 @@ A passing check is only as good as the states it visited. `Coverage` names the s
 and wheel are subtle or have had bugs (kafka-semantics §2.6 and §4: cascades, early firing, wheel lag, stale
 entries, the purge trigger's strict inequality, ...) and counts how often each happened; `state_shape` abstracts the
 model's state (times relative to the clock, ids dropped, counters clamped) so that the number of distinct shapes
-says how much of the state space the steps explored rather than how many steps ran.
+says how much of the state space the steps explored rather than how many steps ran. It also says what of the
+structure was reached: each comparison of the wheel's add at the first wheel and an overflow wheel, the wheel sizes
+run, and how many of the watcher shards the system declares were used.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from collections import Counter
 
 import attrs
 
+from kpurgatory.conformance.check.strategies import level_clocks
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
+from kpurgatory.model.contract import WatcherShards
 from kpurgatory.model.timer import SystemTimer
 
 TIMER_ITEMS = (
@@ -26,8 +30,22 @@ TIMER_ITEMS = (
     "deadline at a level boundary ±1", "deadline across a 2^32-tick boundary", "advance to a level boundary ±1",
     "advance across a 2^32-tick boundary", "entry at a level whose interval passes Long.MAX_VALUE",
     "deadline exactly Long.MAX_VALUE", "deadline just beyond Long.MAX_VALUE",
+    # each comparison of the wheel's add, from the clock of the first wheel or of an overflow wheel (strategies:
+    # wheel_edges), and an advance to or just before a deadline added there
+    *(f"{edge} ({where})" for where in ("first wheel", "overflow wheel") for edge in (
+        "deadline at the tick", "deadline at the tick ±1 ms", "deadline at the interval",
+        "deadline at the interval ±1 ms", "deadline at the interval ±1 tick",
+        "advance to a deadline at the interval, or 1 ms before")),
+    "overflow wheel created", "overflow wheel created at the interval", "cascade onto a wheel's interval",
+    # the wheel sizes of the runs, counted in steps
+    "wheel of 2-6 buckets", "wheel of Kafka's 20 buckets", "wheel of 7+ buckets, even", "wheel of 7+ buckets, odd",
 )
-PURGATORY_ITEMS = TIMER_ITEMS + (
+#: sequences the timer profile drives on purpose; a purgatory run meets them only by chance, through its ops' delays
+TIMER_PROFILE_ONLY = (
+    *(f"advance to a deadline at the interval, or 1 ms before ({where})" for where in ("first wheel", "overflow wheel")),
+    "cascade onto a wheel's interval",
+)
+PURGATORY_ITEMS = tuple(item for item in TIMER_ITEMS if item not in TIMER_PROFILE_ONLY) + (
     "completed via try", "completed via check", "completed via expire", "completed via force",
     "ready on second try", "re-watched op", "re-watched completed op", "watched on duplicate keys",
     "stale entry", "stale entry dropped by check", "cancel_key of a live op", "purge fired",
@@ -55,6 +73,8 @@ class Before:
     op: tuple[bool, int] | None
     #: check: whether the key's list held a completed op
     stale_on_key: bool
+    #: the current time of every wheel level that exists, finest first
+    clocks: tuple[int, ...]
 
     @classmethod
     def of(cls, model: Model, command: v.Command) -> Before:
@@ -62,18 +82,33 @@ class Before:
         listed = model.purgatory.watchers.get(command.key, ()) if isinstance(command, v.Check) else ()
         return cls(model.now_ms, model.timer.timing_wheel.current_time_ms, entry_places(model.timer),
                    model.purgatory.estimated_total_operations, op and (op.completed, op.try_calls),
-                   any(op.completed for op in listed))
+                   any(op.completed for op in listed), clocks_of(model.timer))
+
+
+def clocks_of(timer: SystemTimer) -> tuple[int, ...]:
+    """The current time of every wheel level that exists, finest first."""
+    return tuple(wheel.current_time_ms for wheel in timer.timing_wheel.levels())
 
 
 @attrs.define
 class Coverage:
     profile: str
+    #: the system's watcher shards (its declarations): the purgatory's coverage says how many of them were used (a
+    #: watch left an entry on a key there, or a key there was checked or cancelled)
+    shards: WatcherShards = attrs.field(factory=WatcherShards)
     counts: Counter = attrs.field(factory=Counter)
     states: set[int] = attrs.field(factory=set)
+    shards_hit: set[int] = attrs.field(factory=set)
+    #: pending entries added at a level's interval: task or op id -> (which wheel, deadline)
+    at_interval: dict[str, tuple[str, int]] = attrs.field(factory=dict)
 
     def report(self) -> dict[str, int]:
-        """Every item of the profile, reached or not, in a fixed order."""
-        return {item: self.counts[item] for item in ITEMS[self.profile]}
+        """Every item of the profile, reached or not, in a fixed order; the purgatory's ends with how many of the
+        system's watcher shards were used."""
+        report = {item: self.counts[item] for item in ITEMS[self.profile]}
+        if self.profile == "purgatory" and self.shards.hash != "none":
+            report[f"watcher shards hit (of {self.shards.count})"] = len(self.shards_hit)
+        return report
 
     def hit(self, item: str, times: int | bool = 1) -> None:
         if times:
@@ -108,7 +143,11 @@ class Coverage:
         self.hit("fired from an overflow level", sum(before.entries.get(task, (1,))[0] > 1 for task in fired))
         self.hit("cancelled while pending", isinstance(command, (v.TimerCancel, v.Cancel)) and target in before.entries)
         self.hit("shutdown with pending entries", isinstance(command, v.Shutdown) and bool(observation.result))
+        size = model.params.wheel_size
+        self.hit("wheel of 2-6 buckets" if size <= 6 else "wheel of Kafka's 20 buckets" if size == 20 else
+                 f"wheel of 7+ buckets, {'odd' if size % 2 else 'even'}")
         self.record_edges(model, command, before, after, deadline)
+        self.record_wheel_edges(model, command, before, after, deadline if adds else None, target)
         if self.profile == "purgatory":
             self.record_purgatory(model, command, observation, before)
 
@@ -138,6 +177,42 @@ class Coverage:
                      at_level_boundary(deadline, tick, p.wheel_size))
             self.hit("deadline across a 2^32-tick boundary", (before.now_ms // tick) >> 32 != (deadline // tick) >> 32)
 
+    def record_wheel_edges(self, model: Model, command: v.Command, before: Before, after: dict[str, tuple[int, int]],
+                           deadline: int | None, target: str | None) -> None:
+        """Each comparison of the wheel's add that an accepted deadline met at a level it reached (`wheel_edges`),
+        and an advance to, or a millisecond before, a deadline added at a level's interval while it is pending: the
+        pattern that shows a ``<=`` for ``<`` in add."""
+        after_clocks = level_clocks(model.params, model.now_ms, clocks_of(model.timer))
+        self.hit("cascade onto a wheel's interval", sum(
+            any(expiration == clock + tick * model.params.wheel_size for tick, clock in after_clocks[:level])
+            for task, (level, expiration) in after.items()
+            if task in before.entries and level < before.entries[task][0]))
+        if isinstance(command, v.Advance):
+            for task, (where, expiration) in self.at_interval.items():
+                if before.entries.get(task, (0, None))[1] == expiration:
+                    self.hit(f"advance to a deadline at the interval, or 1 ms before ({where})",
+                             command.to_ms in (expiration - 1, expiration))
+        self.at_interval = {task: edge for task, edge in self.at_interval.items() if task in after}
+        if deadline is None or deadline > v.LONG_MAX:
+            return
+        p = model.params
+        created = len(clocks_of(model.timer)) > len(before.clocks)
+        self.hit("overflow wheel created", created)
+        for level, (tick, clock) in enumerate(level_clocks(p, before.now_ms, before.clocks)):
+            where, interval = "first wheel" if level == 0 else "overflow wheel", tick * p.wheel_size
+            self.hit(f"deadline at the tick ({where})", deadline == clock + tick)
+            self.hit(f"deadline at the tick ±1 ms ({where})", abs(deadline - clock - tick) == 1)
+            self.hit(f"deadline at the interval ({where})", deadline == clock + interval)
+            self.hit(f"deadline at the interval ±1 ms ({where})", abs(deadline - clock - interval) == 1)
+            self.hit(f"deadline at the interval ±1 tick ({where})",
+                     tick > 1 and abs(deadline - clock - interval) == tick)
+            if deadline == clock + interval:
+                self.hit("overflow wheel created at the interval", created and level == len(before.clocks) - 1)
+                if target in after:
+                    self.at_interval[target] = (where, deadline)
+            if deadline < clock + interval:
+                return  # placed at this level (or due): the levels above never see it
+
     def record_purgatory(self, model: Model, command: v.Command, observation: v.Observation, before: Before) -> None:
         for event in observation.events:
             if isinstance(event, v.Complete):
@@ -150,6 +225,9 @@ class Coverage:
             self.hit("ready on second try",
                      observation.result is True and model.ops[command.op].try_calls - tries_before == 2)
             self.hit("watched on duplicate keys", len(set(command.keys)) < len(command.keys) and not was_completed)
+            self.shards_hit.update(self.shards.shard(key) for key in command.keys if key in model.purgatory.watchers)
+        if isinstance(command, (v.Check, v.CancelKey)):
+            self.shards_hit.add(self.shards.shard(command.key))
         self.hit("stale entry dropped by check", isinstance(command, v.Check) and before.stale_on_key)
         self.hit("cancel_key of a live op", isinstance(command, v.CancelKey) and
                  any(not model.ops[op].completed for op in observation.result))

@@ -26,7 +26,8 @@ from typing import Callable
 
 import attrs
 
-from kpurgatory.conformance.adapters.subprocess import AdapterCrashed, AdapterError, AdapterFailed, AdapterTimedOut
+from kpurgatory.conformance.adapters.subprocess import (AdapterCrashed, AdapterError, AdapterFailed, AdapterGarbage,
+                                                         AdapterTimedOut, ProtocolViolation)
 from kpurgatory.conformance.check.compare import Difference
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
@@ -73,7 +74,33 @@ def error_signature(where: str, error: Exception) -> Signature:
         return Signature("hung", where, "")
     if isinstance(error, AdapterError):
         return Signature(error.kind, where, "")
-    return Signature("raised", where, type(error).__name__)
+    return Signature("raised", where, error.raised if isinstance(error, Recorded) else type(error).__name__)
+
+
+class Recorded(Exception):
+    """What an in-process system raised, as a counterexample recorded it ("Class: message"); ``raised`` is the
+    exception's class."""
+
+    def __init__(self, text: str):
+        super().__init__(text)
+        self.raised = text.partition(": ")[0]
+
+
+#: the adapter errors a counterexample may record, each by the kind its text starts with
+RECORDED_KINDS = (AdapterCrashed, AdapterTimedOut, AdapterGarbage, ProtocolViolation, AdapterFailed)
+#: where an adapter error's text gives way to the adapter's stderr (`AdapterError`)
+STDERR_TAIL = "\n--- adapter stderr (tail) ---\n"
+
+
+def recorded_error(text: str) -> Exception:
+    """A counterexample's record of how its system failed to answer (`codec.Step.system`, `str` of the error as
+    check met it) as that error again, so that replaying the trace judges the failure, and names a finding, as the
+    check did: an adapter error of the kind the text starts with, else what an in-process system raised."""
+    for error in RECORDED_KINDS:
+        if text.startswith(f"{error.kind}: "):
+            detail, _, tail = text.removeprefix(f"{error.kind}: ").partition(STDERR_TAIL)
+            return error(detail, tail)
+    return Recorded(text)
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -100,7 +127,7 @@ def said(error: Exception) -> str:
         return error.detail
     if isinstance(error, AdapterError):
         return str(error)
-    return f"{type(error).__name__}: {error}"
+    return str(error) if isinstance(error, Recorded) else f"{type(error).__name__}: {error}"
 
 
 def family(error: Exception | None) -> str | None:

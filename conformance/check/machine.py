@@ -44,7 +44,7 @@ from kpurgatory.conformance.adapters.subprocess import AdapterError
 from kpurgatory.conformance.adapters.timed import TimeLimit, limited
 from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.findings import Finding, Signature
-from kpurgatory.conformance.check.coverage import Before, Coverage, entry_places
+from kpurgatory.conformance.check.coverage import Before, Coverage, clocks_of, entry_places
 from kpurgatory.conformance.traces.replay import SYSTEM, StepChecker, StepOutcome, format_command
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.traces.codec import Header, Step, Trace
@@ -58,6 +58,10 @@ from kpurgatory.model import vocabulary as v
 #: while a failure is shrunk, shrinking stops and the shortest failing run so far is reported, marked as not fully
 #: shrunk; after this many more with failures already reported, exploration stops
 HANG_BUDGET = 8
+#: runs Hypothesis may spend shrinking one failure (kpurgatory check --shrink-budget): a count, where Hypothesis's own
+#: limit is five minutes of wall-clock time (`conformance.check.sequential.without_shrink_time_limit`), so that a loaded
+#: machine shrinks exactly as far as a quiet one. Shrinking a failure typically takes a few hundred runs
+SHRINK_BUDGET = 5000
 
 
 #: what an in-process system may raise instead of answering: its own exceptions, and its ``sys.exit()`` or
@@ -100,10 +104,11 @@ class Abort(Stop):
 
 
 class Cut(KeyboardInterrupt):
-    """Shrinking (or, ``final``, the whole exploration) stops early: `HANG_BUDGET` runs hung. ``reason`` says why, for
-    the report. A KeyboardInterrupt is what ends Hypothesis's run at once without recording the example as one that
-    stopped drawing there: any other exception is recorded, and an example that once went on past the same choices
-    (a run that hung with a known signature, before the budget was spent) then makes Hypothesis raise Flaky."""
+    """Shrinking (or, ``final``, the whole exploration) stops early: `HANG_BUDGET` runs hung, or shrinking spent its
+    `SHRINK_BUDGET`. ``reason`` says why, for the report. A KeyboardInterrupt is what ends Hypothesis's run at once
+    without recording the example as one that stopped drawing there: any other exception is recorded, and an example
+    that once went on past the same choices (a run that hung with a known signature, before the budget was spent)
+    then makes Hypothesis raise Flaky."""
 
     def __init__(self, reason: str, final: bool = False):
         super().__init__(reason)
@@ -144,6 +149,11 @@ class Session:
     known: dict[Signature, int] = attrs.Factory(dict)
     #: runs that may hang while a failure is shrunk, and while exploring after it (`HANG_BUDGET`)
     hang_budget: int = HANG_BUDGET
+    #: runs Hypothesis may spend shrinking one round's failure (`SHRINK_BUDGET`), and those it spent on this one
+    shrink_budget: int = SHRINK_BUDGET
+    round_shrink_runs: int = 0
+    #: runs of the corpus's failing runs replayed before exploration (`conformance.check.corpus`)
+    corpus_runs: int = 0
     #: runs that hung while this round's failure was shrunk, and while exploring with their failure already reported
     shrink_hangs: int = 0
     hangs_again: int = 0
@@ -158,12 +168,12 @@ class Session:
     cut_short: str | None = None
 
     def __attrs_post_init__(self) -> None:
-        self.coverage = Coverage(self.profile)
+        self.coverage = Coverage(self.profile, self.hello.declarations.watcher_shards)
 
     def new_round(self) -> None:
         self.failing = self.shrinking = False
         self.shortest = self.first = None
-        self.shrink_hangs = 0
+        self.shrink_hangs = self.round_shrink_runs = 0
 
     def failed(self, stop: Divergence) -> None:
         """Record this round's failure ``stop``; raises `Cut` when it is one hang too many while shrinking."""
@@ -196,6 +206,11 @@ class Session:
         if self.interrupted is not None:
             raise Interrupted(self.interrupted)
 
+    def key_rotation(self) -> int:
+        """How far this run's keys move on over the watcher shards (`strategies.run_keys`): one block per example
+        explored, so a check uses every shard, and held while a failure is shrunk (its run keeps its keys)."""
+        return self.examples - self.shrinking
+
     def best_so_far(self) -> Divergence | None:
         """This round's failure as far as it was shrunk (None: none was found): the shortest run that failed with its
         signature."""
@@ -218,14 +233,18 @@ class Session:
             raise Abort(params, [], [], summary, Signature("restart failed", "", ""), summary) from None
 
     def example_done(self, steps: int) -> None:
+        """Count the example just run; raises `Cut` when it spent the last run of the shrink budget."""
         if self.shrinking:
             self.shrink_runs += 1
+            self.round_shrink_runs += 1
         else:
             self.examples += 1
             self.steps += steps
             self.shrinking = self.failing
         if self.on_example is not None:
             self.on_example(self)
+        if self.shrinking and self.round_shrink_runs >= self.shrink_budget:
+            raise Cut(f"the shrink budget of {self.shrink_budget} runs was spent")
 
 
 def sends(*names: str):
@@ -331,6 +350,7 @@ class ConformanceMachine(RuleBasedStateMachine):
              observed: v.Observation | None, error: BaseException | None) -> None:
         """End the run at a failure: raise it for Hypothesis to shrink, unless its signature is already reported."""
         self.stopped = True
+        failed = summary  # the report's error: a finding is named beside it (`ReplayReport.finding`)
         finding = findings.recognise(self.edge, command, expected, observed, error)
         if finding is not None:
             signature, summary = finding.signature, f"{finding}. {summary}"
@@ -340,13 +360,14 @@ class ConformanceMachine(RuleBasedStateMachine):
                 self.session.hung()
             return
         stop = Divergence(self.params, self.steps, self.outcomes, summary, signature,
-                          summary if error is not None else None, finding)
+                          failed if error is not None else None, finding)
         self.session.failed(stop)
         raise stop
 
     def draw_delay(self, data: st.DataObject) -> int | None:
         """A delay from now, inside what the system declares it promises anything for (None: nothing is)."""
-        delay = data.draw(strategies.delays(self.params, self.model.now_ms), label="delay_ms")
+        delay = data.draw(strategies.delays(self.params, self.model.now_ms, clocks_of(self.model.timer)),
+                          label="delay_ms")
         return strategies.declared_delay(delay, self.model.now_ms, self.declarations)
 
     def declared(self, delay_ms: int) -> bool:
@@ -370,8 +391,10 @@ class ConformanceMachine(RuleBasedStateMachine):
     @rule(data=st.data())
     def advance_to_boundary(self, data: st.DataObject) -> None:
         """To the next multiple of a power-of-two tick or of a level's interval, or a millisecond either side: where
-        a tick counter carries, a mask wraps, a level's window ends."""
-        to_ms = data.draw(strategies.at_boundaries(self.params, self.model.now_ms), label="to_ms")
+        a tick counter carries, a mask wraps, a level's window ends; or where a comparison of the wheel's add changes
+        its answer (`strategies.wheel_edges`)."""
+        to_ms = data.draw(strategies.at_boundaries(self.params, self.model.now_ms, clocks_of(self.model.timer)),
+                          label="to_ms")
         self.execute(v.Advance(min(to_ms, self.clock_limit)))
 
     @sends("advance")
@@ -444,11 +467,14 @@ class PurgatoryMachine(ConformanceMachine):
         self.begin(data.draw(strategies.params("purgatory", self.session.hello.declarations), label="params"),
                    ends_with_shutdown)
 
-    @initialize(target=keys)
-    def some_keys(self):
-        """A few keys, so ops share keys and repeat them. (A rule minting keys would now and then be the only rule
+    @initialize(target=keys, data=st.data())
+    def some_keys(self, data: st.DataObject):
+        """A few keys, so ops share keys and repeat them, on watcher shards that move on from run to run
+        (`strategies.run_keys`, `Session.key_rotation`). (A rule minting keys would now and then be the only rule
         Hypothesis's swarm testing enables, and spend whole runs doing nothing.)"""
-        return multiple("k0", "k1", "k2", "k3")
+        session = self.session
+        keys = strategies.run_keys(session.hello.declarations.watcher_shards, session.key_rotation())
+        return multiple(*data.draw(keys, label="keys"))
 
     @sends("watch")
     @rule(target=ops, keys=key_lists, ready_on=strategies.READY_ON, data=st.data())

@@ -19,6 +19,7 @@ from __future__ import annotations
 import contextlib
 import io
 import itertools
+import math
 import random
 import shlex
 import signal
@@ -27,7 +28,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, ClassVar, Iterable, Iterator
 from unittest import mock
 
 import attrs
@@ -44,15 +45,17 @@ from kpurgatory.conformance.adapters import BUILTIN, one_target, system_factory
 from kpurgatory.conformance.adapters.kafka import release_of, with_kafka_option
 from kpurgatory.conformance.adapters.subprocess import AdapterError, SubprocessSystem
 from kpurgatory.conformance.adapters.timed import TimedSystem
+from kpurgatory.conformance.check import corpus as shared
 from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.findings import Finding, Signature
-from kpurgatory.conformance.check.machine import (HANG_BUDGET, REFERENCE_BROKE, Abort, Cut, Divergence,
-                                                  ReferenceBroke, Session, Stop, machine_class, minimise)
+from kpurgatory.conformance.check.machine import (HANG_BUDGET, REFERENCE_BROKE, SHRINK_BUDGET, Abort, Cut,
+                                                  Divergence, ReferenceBroke, Session, Stop, machine_class, minimise,
+                                                  rerun)
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.terminal import command_console, counted, markup, safe
-from kpurgatory.conformance.traces.codec import Header, Step, Trace, dumps, write_traces
+from kpurgatory.conformance.traces.codec import Header, Step, Trace, TraceFormatError, dumps, write_traces
 from kpurgatory.conformance.traces.view import write_view
 from kpurgatory.model import vocabulary as v
 
@@ -91,7 +94,13 @@ class CheckResult:
     """The verdict of one profile's check. ``coverage`` maps every coverage item of the profile to how often the
     model's state reached it. ``failures`` and ``findings`` (Kafka's known misbehaviours) hold each distinct one
     found, shrunk; the fields from ``failure_summary`` to ``table_path`` and ``write_error`` repeat the first of
-    what failed the check, for callers that want one counterexample."""
+    what failed the check, for callers that want one counterexample.
+
+    Run again with the same seed, system and corpus, on any machine under any load, a check gives the same result
+    but for its `TIMING` fields (and the interruptions and hangs that time itself decides)."""
+
+    #: the fields that say how long something took
+    TIMING: ClassVar[tuple[str, ...]] = ("elapsed_s", "time_to_first_failure_s")
 
     passed: bool
     profile: str
@@ -122,6 +131,9 @@ class CheckResult:
     interrupted: str | None = None
     #: why exploration stopped before its budget of examples was spent (too many runs hung)
     cut_short: str | None = None
+    #: runs of the corpus replayed before exploring, and the runs found that were new to it
+    corpus_runs: int = 0
+    corpus_added: int = 0
 
     def failure_report(self) -> str:
         """What failed the check as plain text: each failure, its step table, and where its counterexample is."""
@@ -140,7 +152,8 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
               examples: int = DEFAULT_EXAMPLES, steps: int = DEFAULT_STEPS, seed: int | None = None,
               out_dir: str | Path | None = None, on_example: Callable[[Session], None] | None = None,
               timeout: float | None = DEFAULT_TIMEOUT_S, max_failures: int = DEFAULT_MAX_FAILURES,
-              fail_on_findings: bool = False, hang_budget: int = HANG_BUDGET) -> CheckResult:
+              fail_on_findings: bool = False, hang_budget: int = HANG_BUDGET, shrink_budget: int = SHRINK_BUDGET,
+              corpus: str | Path | None = None) -> CheckResult:
     """Check the systems ``system_factory`` makes (one, initialised afresh for each example, and made afresh after
     it died) on ``profile``.
 
@@ -150,7 +163,10 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
     An in-process system's calls are limited to ``timeout`` seconds each (a subprocess adapter has its own), the
     reference model's steps to as much or `DEFAULT_TIMEOUT_S`, whichever is longer. Each run that hangs costs that
     limit: ``hang_budget`` bounds how many may hang while one failure is shrunk, and while exploring after it
-    (`machine.HANG_BUDGET`). SIGINT and SIGTERM end the check with what it found so far (``interrupted``).
+    (`machine.HANG_BUDGET`); ``shrink_budget`` how many runs Hypothesis may spend shrinking one failure (a failure
+    shrunk no further for either is marked so). SIGINT and SIGTERM end the check with what it found so far
+    (``interrupted``). With ``corpus`` (a folder, `conformance.check.corpus`), the failing runs in it are replayed
+    first, and each failure and finding found is added to it.
     With ``out_dir`` each counterexample is written there as a trace, its step table as ``.txt`` and its page
     (`traces.view`) as ``.html``: the first failure as ``check-PROFILE-SEED.jsonl``, the next ones
     ``check-PROFILE-SEED-N.jsonl``, findings ``finding-PROFILE-SEED-NAME.jsonl``. ``on_example`` is called after
@@ -169,13 +185,14 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
                                  f"hello: system failed: {error}")
         if profile not in hello.profiles:
             raise ValueError(f"{hello.implementation} implements {', '.join(hello.profiles)}, not {profile}")
+        replays = [] if corpus is None else shared.load(corpus, profile, hello)
         session = Session(factory, system, hello, profile, level, on_example,
                           model_timeout=None if timeout is None else max(timeout, DEFAULT_TIMEOUT_S),
-                          hang_budget=hang_budget)
+                          hang_budget=hang_budget, shrink_budget=shrink_budget)
         with on_signals(session):
             try:
                 session.exploring = True
-                stops = explore(session, examples, steps, seed, max_failures)
+                stops = explore(session, examples, steps, seed, max_failures, replays)
             finally:
                 session.exploring = False
                 close(session.system)
@@ -184,20 +201,24 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
             close(system)
     failures: list[Found] = []
     found_findings: list[Found] = []
+    added = 0
     for stop in stops:
         listed = found_findings if stop.finding is not None else failures
         trace_id = (f"finding-{profile}-{seed}-{stop.finding.name}" if stop.finding is not None else
                     f"reference-{profile}-{seed}" if isinstance(stop, ReferenceBroke) else
                     f"check-{profile}-{seed}" + (f"-{len(failures) + 1}" if failures else ""))
-        listed.append(reported(stop, trace_id, session.known.get(stop.signature, 0), hello, profile, level, seed,
-                               out_dir))
+        found = reported(stop, trace_id, session.known.get(stop.signature, 0), hello, profile, level, seed, out_dir)
+        if corpus is not None:
+            found, new = into_corpus(corpus, found)
+            added += new
+        listed.append(found)
     summary = dict(profile=profile, level=level, seed=seed, implementation=hello.implementation,
                    examples_run=session.examples, steps_run=session.steps,
                    distinct_states=len(session.coverage.states), coverage=session.coverage.report(),
                    elapsed_s=time.monotonic() - started, shrink_runs=session.shrink_runs,
                    failures=tuple(failures), findings=tuple(found_findings),
                    time_to_first_failure_s=session.first_failure_s, interrupted=session.interrupted,
-                   cut_short=session.cut_short)
+                   cut_short=session.cut_short, corpus_runs=session.corpus_runs, corpus_added=added)
     failing = failures + (found_findings if fail_on_findings else [])
     if not failing:
         if session.interrupted:
@@ -260,7 +281,8 @@ def reported(stop: Stop, trace_id: str, repeats: int, hello: Hello, profile: str
                    f"against {hello.implementation}: {stop.summary}")
     counterexample = Trace(Header(trace_id, profile, stop.params, description=description,
                                   declarations=hello.declarations), with_answers(stop))
-    report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error, stop.error is not None)
+    report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error, stop.error is not None,
+                          finding=stop.finding)
     found = Found(stop.signature, stop.summary, counterexample, report,
                   None if isinstance(stop, (Abort, ReferenceBroke)) else len(stop.steps), stop.finding, repeats,
                   unfinished=stop.unfinished)
@@ -274,6 +296,19 @@ def reported(stop: Stop, trace_id: str, repeats: int, hello: Hello, profile: str
     except OSError as error:
         return attrs.evolve(found, write_error=f"cannot write the counterexample to {out_dir}: {error}")
     return attrs.evolve(found, trace_path=trace_path, table_path=table_path)
+
+
+def into_corpus(directory: str | Path, found: Found) -> tuple[Found, bool]:
+    """Add the run of ``found`` to the corpus ``directory`` (not one that could not be shrunk: the system could not
+    be made afresh, or the reference model broke); ``found`` with a write error if it could not be, and whether the
+    corpus did not hold it yet."""
+    if found.shrunk_length is None:
+        return found, False
+    try:
+        return found, shared.add(directory, found.counterexample) is not None
+    except OSError as error:
+        return attrs.evolve(found, write_error=found.write_error
+                            or f"cannot add the counterexample to the corpus {directory}: {error}"), False
 
 
 @contextlib.contextmanager
@@ -294,6 +329,21 @@ def installation_independent():
         providers.CONSTANTS_CACHE.cache.clear()
 
 
+@contextlib.contextmanager
+def without_shrink_time_limit():
+    """Hypothesis stops shrinking a failure after ``MAX_SHRINKING_SECONDS`` (300 in 6.170) of wall-clock time, so how
+    far a failure is shrunk, and what the check reports, would depend on the machine's speed and load. Within this
+    block it has no time limit: the session's shrink budget, counted in runs, bounds shrinking instead
+    (`machine.Session.example_done`). Its engine's one other use of the clock, to stop generating 10 s after the
+    first bug, applies only with ``report_multiple_bugs``, which `explore` turns off. If an upgrade of Hypothesis
+    renames the constant, this raises AttributeError; tests/conformance/test_reproducible.py fails if it adds
+    another use of the clock that steers what is run."""
+    from hypothesis.internal.conjecture import engine
+
+    with mock.patch.object(engine, "MAX_SHRINKING_SECONDS", math.inf):
+        yield
+
+
 def with_answers(stop: Stop) -> list[Step]:
     """The stop's steps, each with what the system answered, so the trace alone reproduces the failure: its
     observation, or for a last step it failed to answer, how it failed."""
@@ -304,24 +354,47 @@ def with_answers(stop: Stop) -> list[Step]:
     return [attrs.evolve(step, system=answers.get(step.seq)) for step in stop.steps]
 
 
-def explore(session: Session, examples: int, steps: int, seed: int, max_failures: int) -> list[Stop]:
-    """Run the state machine in rounds; the shrunk failures and findings, in the order found.
+def explore(session: Session, examples: int, steps: int, seed: int, max_failures: int,
+            replays: Iterable[tuple[v.Params, list[v.Command]]] = ()) -> list[Stop]:
+    """Replay the corpus's runs ``replays``, then run the state machine in rounds; the shrunk failures and findings,
+    in the order found.
 
-    Hypothesis stops at the first failing example and shrinks it; it cannot go on past a failure within one run
-    (``report_multiple_bugs`` tells bugs apart by exception type and line, and all of ours raise at one line, and it
-    stops generating soon after a failure). So each round ends at one new failure, shrunk; its signature is then
-    known, and the next round, from a seed derived from ``seed`` and the round, runs the rest of the budget with
-    runs that fail with a known signature passing. Each round's failure is then minimised by deleting steps
-    (`machine.minimise`). Rounds end when the budget is spent, a round passes, ``max_failures`` failures are found
-    (findings do not count: there are few kinds), the system cannot be made afresh (`Abort`) or the reference model
-    broke (`ReferenceBroke`), or the check is interrupted (``session.interrupted``).
+    Each replayed run that fails with a new signature is minimised by deleting steps (`machine.minimise`; it was
+    shrunk where it was found) and its signature is then known. Hypothesis stops at the first failing example and
+    shrinks it; it cannot go on past a failure within one run (``report_multiple_bugs`` tells bugs apart by
+    exception type and line, and all of ours raise at one line, and it stops generating soon after a failure). So
+    each round ends at one new failure, shrunk; its signature is then known, and the next round, from a seed derived
+    from ``seed`` and the round, runs the rest of the budget with runs that fail with a known signature passing. Each
+    round's failure is then minimised too. Rounds end when the budget is spent, a round passes, ``max_failures``
+    failures are found (findings do not count: there are few kinds), the system cannot be made afresh (`Abort`) or
+    the reference model broke (`ReferenceBroke`), or the check is interrupted (``session.interrupted``).
 
-    Nothing found is lost when shrinking is cut short, by an interruption or by the budget of runs that hang
-    (`machine.HANG_SHRINK_BUDGET`): the shortest failing run so far is kept, marked as not fully shrunk."""
+    Nothing the clock decides steers what is run: Hypothesis draws from the seed, shrinks within a budget of runs
+    (`without_shrink_time_limit`), and a call counts as hung after the fixed time limit only. Nothing found is lost
+    when shrinking is cut short, by an interruption, the shrink budget or the budget of runs that hang
+    (`machine.HANG_BUDGET`): the shortest failing run so far is kept, marked as not fully shrunk."""
     found: list[Stop] = []
+
+    def enough() -> bool:
+        return sum(stop.finding is None for stop in found) >= max_failures
+
+    for params, commands in replays:
+        if enough():
+            return found
+        session.new_round()
+        stop, cut = None, None
+        try:
+            stop = rerun(session, params, commands)
+        except (Abort, ReferenceBroke) as ended:
+            return [*found, ended]
+        except BaseException as error:
+            cut = why_cut(session, error)
+        session.corpus_runs += 1
+        if (stop is not None or cut is not None) and not settle(session, stop, cut, found):
+            return found
     for round_number in itertools.count():
         remaining = examples - session.examples
-        if remaining <= 0 or sum(stop.finding is None for stop in found) >= max_failures:
+        if remaining <= 0 or enough():
             break
         settings = hypothesis.settings(
             max_examples=remaining, stateful_step_count=steps, database=None, deadline=None, derandomize=False,
@@ -330,14 +403,14 @@ def explore(session: Session, examples: int, steps: int, seed: int, max_failures
         )
         round_seed = seed if round_number == 0 else random.Random(f"{seed}/{round_number}").randrange(2**32)
         session.new_round()
-        cut: str | None = None
+        stop, cut = None, None
         try:
-            with installation_independent():
+            with installation_independent(), without_shrink_time_limit():
                 run_state_machine_as_test(hypothesis.seed(round_seed)(machine_class(session)), settings=settings)
             session.go_on()  # an interruption swallowed on the way still ends the check
             break
-        except (Abort, ReferenceBroke) as stop:
-            found.append(stop)
+        except (Abort, ReferenceBroke) as ended:
+            found.append(ended)
             break
         except Divergence as raised:
             stop = raised
@@ -350,28 +423,36 @@ def explore(session: Session, examples: int, steps: int, seed: int, max_failures
                                  "is the shortest failing run seen)")
         except BaseException as error:
             cut = why_cut(session, error)
-        unfinished = None
-        if cut is not None and session.failing and not (session.interrupted or session.cut_short):
-            # out of hang budget while Hypothesis shrank: deleting steps costs at most one hang per step deleted
-            stop, unfinished, cut = session.best_so_far(), cut, None
-            session.shrink_hangs = 0
-        if cut is None:
-            try:
-                stop = minimise(session, stop)
-            except ReferenceBroke as broke:
-                found += [stop, broke]
-                break
-            except BaseException as error:
-                cut = why_cut(session, error)
-        if cut is not None and (stop := session.best_so_far()) is None:
-            break  # interrupted, or out of hang budget, before this round found anything
-        if cut or unfinished:
-            stop.mark_unfinished(cut or unfinished)
-        found.append(stop)
-        if session.interrupted or session.cut_short:
+        if not settle(session, stop, cut, found):
             break
-        session.known[stop.signature] = 0
     return found
+
+
+def settle(session: Session, stop: Divergence | None, cut: str | None, found: list[Stop]) -> bool:
+    """Minimise this round's failure ``stop`` and add it to ``found``, or when shrinking was ``cut`` short, the
+    shortest failing run so far, marked as not fully shrunk; whether exploration goes on (its signature then known)."""
+    unfinished = None
+    if cut is not None and session.failing and not (session.interrupted or session.cut_short):
+        # out of hang or shrink budget while Hypothesis shrank: deleting steps costs at most one hang per step deleted
+        stop, unfinished, cut = session.best_so_far(), cut, None
+        session.shrink_hangs = 0
+    if cut is None:
+        try:
+            stop = minimise(session, stop)
+        except ReferenceBroke as broke:
+            found += [stop, broke]
+            return False
+        except BaseException as error:
+            cut = why_cut(session, error)
+    if cut is not None and (stop := session.best_so_far()) is None:
+        return False  # interrupted, or out of hang budget, before this round found anything
+    if cut or unfinished:
+        stop.mark_unfinished(cut or unfinished)
+    found.append(stop)
+    if session.interrupted or session.cut_short:
+        return False
+    session.known[stop.signature] = 0
+    return True
 
 
 def why_cut(session: Session, error: BaseException) -> str:
@@ -410,7 +491,7 @@ def write_junit(path: Path, results: list[CheckResult]) -> None:
         case = ET.SubElement(suite, "testcase", classname="kpurgatory.check",
                              name=f"{result.profile} ({result.level})", time=f"{result.elapsed_s:.3f}")
         properties = ET.SubElement(case, "properties")
-        for name in ("seed", "examples_run", "steps_run", "distinct_states"):
+        for name in ("seed", "examples_run", "steps_run", "distinct_states", "shrink_runs"):
             ET.SubElement(properties, "property", name=name, value=str(getattr(result, name)))
         if not result.passed:  # XML 1.0 cannot hold control characters: untrusted text goes through safe()
             verdict = ET.SubElement(case, "error" if result.broken else "failure",
@@ -441,8 +522,9 @@ def summary_table(results: list[CheckResult]) -> Table:
     first = results[0]
     table = Table(title=f"{markup(first.implementation)} against the model (level {first.level}, seed {first.seed})",
                   caption="states: distinct shapes of the model's state visited; coverage: items reached")
-    for column in ("profile", "verdict", "failures", "findings", "examples", "steps", "states", "coverage", "time"):
+    for column in ("profile", "verdict", "failures", "findings", "examples", "steps", "states", "coverage"):
         table.add_column(column, justify="left" if column in ("profile", "verdict") else "right", no_wrap=True)
+    table.add_column("time", justify="right", no_wrap=True, min_width=7)  # up to a day: the table's width is no timing
     for result in results:
         reached = sum(count > 0 for count in result.coverage.values())
         table.add_row(result.profile, "[green]pass[/]" if result.passed else "[bold red]FAIL[/]",
@@ -474,7 +556,7 @@ def target_flags(impl: str | None, adapter: str | None, level: str) -> str:
 
 
 def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads, max_failures,
-                 fail_on_findings) -> None:
+                 fail_on_findings, corpus) -> None:
     """``kpurgatory check --threads N``: refuse what the concurrent check cannot do, then run it and exit."""
     if profile == "timer":
         raise click.UsageError("--threads checks the purgatory profile: drop --profile timer")
@@ -496,7 +578,8 @@ def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, ju
     rerun = (f"kpurgatory check {target_flags(impl, adapter, 'exact')} --threads {threads} --examples {examples} "
              f"--steps {steps} --seed {seed}")
     result = check_concurrently(factory, threads=threads, runs=examples, steps=steps, seed=seed, timeout=timeout,
-                                out=out, rerun=rerun, max_failures=max_failures, fail_on_findings=fail_on_findings)
+                                out=out, rerun=rerun, max_failures=max_failures, fail_on_findings=fail_on_findings,
+                                corpus=corpus)
     code = exit_code(result)
     report_junit(junit, [CheckResult(result.passed, "purgatory", "concurrent", seed, result.implementation,
                                      result.runs, result.calls, 0, {}, result.elapsed_s, broken=code == 3,
@@ -572,8 +655,15 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
                    "with --threads, a race the declared Kafka release shipped. By default each is reported apart "
                    "with its shrunk trace and the releases that have it, and the check goes on and passes without "
                    "them.")
+@click.option("--shrink-budget", type=click.IntRange(0), default=SHRINK_BUDGET, show_default=True,
+              help="Runs Hypothesis may spend shrinking one failure; a failure shrunk no further is reported as not "
+                   "fully shrunk. A count, not a time, so the same seed shrinks alike on any machine.")
+@click.option("--corpus", type=click.Path(file_okay=False, path_type=Path),
+              help="A folder of failing runs shared between checks: its runs of the profile are replayed at this "
+                   "check's level (with --threads: as plans of the concurrent check) before any is generated, and "
+                   "each failure and finding a check without --threads finds is added to it.")
 def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads, max_failures,
-                  fail_on_findings):
+                  fail_on_findings, shrink_budget, corpus):
     """Check an implementation against the model with generated runs (the built-in one by default).
 
     Hypothesis drives the model and the implementation side by side; on a failure it shrinks the run to a minimal
@@ -583,7 +673,11 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
     shrunk the same way, and is made afresh (an adapter restarted) for the next run. Exits 0 when every profile
     passes (findings aside), 1 when the implementation fails one, 3 when it only failed to answer (crash, hang,
     garbage), a counterexample could not be written, or the check was interrupted; --junit is written in every
-    case."""
+    case.
+
+    With the same --seed, system and --corpus content, a check runs, shrinks and reports the same on any machine under
+    any load: only the times printed differ (the summary's time column, "first failure after", the progress bar,
+    JUnit's time attributes)."""
     console = command_console()
 
     def plain(text: str) -> None:
@@ -592,9 +686,14 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
 
     one_target(impl, adapter)  # before the default --impl applies
     impl = None if adapter else impl or BUILTIN
+    if corpus is not None:
+        try:
+            shared.load(corpus, v.PROFILES[0])  # reads every file: a bad one is bad input, before anything runs
+        except TraceFormatError as error:
+            raise click.BadParameter(str(error), param_hint="--corpus") from None
     if threads > 1:
         concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads, max_failures,
-                     fail_on_findings)
+                     fail_on_findings, corpus)
     factory = system_factory(impl, adapter, timeout)
     seed = random.randrange(2**32) if seed is None else seed
     started = time.monotonic()
@@ -613,10 +712,14 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
             raise click.UsageError(f"{safe(implementation)} implements {', '.join(hello.profiles)}, not {profile}")
         profiles = [profile] if profile else [p for p in v.PROFILES if p in hello.profiles]
         console.print(f"checking {markup(implementation)} ({', '.join(profiles)}; level {level}; "
-                      f"{examples} examples of up to {steps} steps; seed {seed})")
+                      f"{examples} examples of up to {steps} steps; seed {seed}; shrinking each failure in up to "
+                      f"{shrink_budget} runs)")
+        if corpus is not None:
+            plain(f"corpus: {corpus}")
         for current in profiles:
             check_profile(console, factory, current, level, examples, steps, seed, out, results, timeout=timeout,
-                          max_failures=max_failures, fail_on_findings=fail_on_findings)
+                          max_failures=max_failures, fail_on_findings=fail_on_findings, shrink_budget=shrink_budget,
+                          corpus=corpus)
             if results[-1].interrupted:
                 break
     except click.ClickException:
@@ -635,8 +738,6 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
             failing = found.finding is None or fail_on_findings
             console.rule(f"[bold {'red' if failing else 'yellow'}]{result.profile}: "
                          + markup(str(found.signature if found.finding is None else found.finding.name)))
-            if found.finding is not None:
-                plain(str(found.finding))
             print_report(console, found.report, window=None)
             plain(("not shrunk: the reference model broke" if found.signature.kind == REFERENCE_BROKE else
                    "not shrunk: the system could not be made afresh" if found.shrunk_length is None else
@@ -651,6 +752,9 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
                 plain(f"replay:         kpurgatory replay {found.trace_path} {target_flags(impl, adapter, level)}")
         if result.cut_short:
             plain(f"{result.profile}: {result.cut_short}")
+        if corpus is not None:
+            plain(f"{result.profile}: {counted(result.corpus_runs, 'run')} of the corpus replayed, "
+                  f"{result.corpus_added} added to it")
         if result.failures or result.findings:
             first = result.time_to_first_failure_s  # None: only the reference model failed
             console.print(f"{result.profile}: " + ("" if first is None else f"first failure after {first:.1f} s; ")
@@ -660,7 +764,9 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
             plain(result.failure_summary)
         if not result.passed:
             plain(f"re-run:         kpurgatory check {target_flags(impl, adapter, level)} --profile "
-                  f"{result.profile} --examples {examples} --steps {steps} --seed {seed}")
+                  f"{result.profile} --examples {examples} --steps {steps} --seed {seed}"
+                  + (f" --shrink-budget {shrink_budget}" if shrink_budget != SHRINK_BUDGET else "")
+                  + (f" --corpus {shlex.quote(str(corpus))}" if corpus is not None else ""))
     report_junit(junit, results)
     if interrupted := next((result.interrupted for result in results if result.interrupted), None):
         unfinished = any(found.unfinished for result in results for found in result.failures + result.findings)

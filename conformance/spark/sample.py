@@ -41,7 +41,7 @@ SEMANTIC_FAULTS = (
 #: what validating the sample reports at either level: verdicts, failing traces per contract property, quarantined
 #: rows per reason and quarantined traces
 EXPECTED = {
-    "verdicts": {"pass": CLEAN, "fail": 4},
+    "verdicts": {"pass": CLEAN, "fail": 4, "finding": 0},
     "properties": {"counters": 1, "exactly_once": 1, "justified": 1, "on_time": 1},
     "quarantine": {"blank_line": 1, "malformed_command": 1, "missing_field": 1, "no_header": 2, "not_json": 1,
                    "seq_duplicate": 1, "seq_gap": 1, "trace_quarantined": 17, "unknown_command": 1,

@@ -25,11 +25,16 @@ of kpurgatory's own on some trace quarantines that trace (``validator_crashed``)
 row ends in exactly one place: input rows = rows of checked traces + quarantined rows, which the job asserts against a
 count taken outside it.
 
-Outputs in ``--out``: ``verdicts.parquet`` (one row per checked trace), ``quarantine.parquet`` (one row per rejected
-input row, with file and line), ``failing/<trace>.jsonl`` (each failing trace as a standalone file that
-``kpurgatory replay`` reproduces) and ``summary.json`` (also printed as tables). Strings go into them as
-`codec.utf8_safe` spells them. They are written to a hidden folder in ``--out`` and moved into place once all are
-complete: an interrupted or failed run leaves the previous outputs, or none, never a part.
+A trace whose failure is one of Kafka's known misbehaviours (a recording of Kafka's own classes where its arithmetic
+wraps, a finding's counterexample written by ``kpurgatory check``) gets the verdict ``finding`` and the finding's name,
+as replay names it (`findings.FINDINGS`); like check, the job passes with findings unless ``--fail-on-findings``.
+
+Outputs in ``--out``: ``verdicts.parquet`` (one row per checked trace, with the name of its Kafka finding if it is
+one), ``quarantine.parquet`` (one row per rejected input row, with file and line), ``failing/<trace>.jsonl`` (each
+failing trace as a standalone file that ``kpurgatory replay`` reproduces) and ``summary.json`` (also printed as
+tables). Strings go into them as `codec.utf8_safe` spells them. They are written to a hidden folder in ``--out`` and
+moved into place once all are complete: an interrupted or failed run leaves the previous outputs, or none, never a
+part.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from kpurgatory.conformance.traces.view import page_path, write_view
 from kpurgatory.model import CommandError
 from kpurgatory.model.contract import Violation
 
-PASS, FAIL = "pass", "fail"
+PASS, FAIL, FINDING = "pass", "fail", "finding"
 
 #: one schema for both kinds of result row, since a mapInArrow has one output schema
 RESULT_SCHEMA = pa.schema([
@@ -72,15 +77,15 @@ RESULT_SCHEMA = pa.schema([
     ("trace", pa.string()), ("source", pa.string()),
     ("line", pa.int64()), ("seq", pa.int64()),  # verdict: the first failing step's; quarantine: the row's
     ("rows", pa.int64()), ("traces", pa.int64()),  # traces: 1 on a verdict and on a quarantined trace's first row
-    ("verdict", pa.string()), ("profile", pa.string()), ("implementation", pa.string()),
+    ("verdict", pa.string()), ("finding", pa.string()), ("profile", pa.string()), ("implementation", pa.string()),
     ("steps", pa.int64()), ("steps_checked", pa.int64()),
     ("command", pa.string()), ("expected", pa.string()), ("observed", pa.string()), ("difference", pa.string()),
     ("properties", pa.list_(pa.string())), ("failures", pa.string()), ("trace_jsonl", pa.string()),
     ("reason_kind", pa.string()), ("reason", pa.string()), ("text", pa.string()),
 ])
-VERDICT_COLUMNS = ("trace", "verdict", "profile", "implementation", "source", "rows", "steps", "steps_checked",
-                   "seq as failing_seq", "line as failing_line", "command", "expected", "observed", "difference",
-                   "properties", "failures")
+VERDICT_COLUMNS = ("trace", "verdict", "finding", "profile", "implementation", "source", "rows", "steps",
+                   "steps_checked", "seq as failing_seq", "line as failing_line", "command", "expected", "observed",
+                   "difference", "properties", "failures")
 QUARANTINE_COLUMNS = ("source", "line", "trace", "seq", "reason_kind", "reason", "text")
 
 
@@ -192,7 +197,8 @@ def verdict(rows: list[dict], trace: Trace, level: str) -> list[dict]:
     if report.error is not None and not report.broken:
         return quarantine_trace(rows, {len(report.outcomes) + 1: Rejected("malformed_command", report.error)})
     result = {"kind": "verdict", "trace": trace.trace_id, "source": rows[0]["source"], "rows": len(rows), "traces": 1,
-              "verdict": PASS if report.ok else FAIL, "profile": trace.header.profile,
+              "verdict": PASS if report.ok else FINDING if report.finding is not None else FAIL,
+              "finding": None if report.finding is None else report.finding.name, "profile": trace.header.profile,
               "implementation": trace.header.implementation, "steps": len(trace.steps),
               "steps_checked": len(report.outcomes)}
     failing = report.first_failure
@@ -321,6 +327,7 @@ class Summary:
     checked_rows: int
     quarantined_rows: int
     verdicts: dict[str, int]  # verdict -> traces
+    findings: dict[str, int]  # Kafka finding -> traces
     properties: dict[str, int]  # contract property -> failing traces that break it (or differ only exactly)
     quarantine: dict[str, int]  # reason kind -> rows
     quarantined_traces: int
@@ -495,15 +502,17 @@ def write_outputs(session, paths, out: Path, level: str, split_bytes: int | None
                 str(out / "verdicts.parquet"))
         results.where("kind = 'quarantine'").selectExpr(*QUARANTINE_COLUMNS).write.mode("overwrite").parquet(
             str(out / "quarantine.parquet"))
-        counts = results.groupBy("kind", "verdict", "reason_kind", "properties").agg(
+        counts = results.groupBy("kind", "verdict", "finding", "reason_kind", "properties").agg(
             F.sum("rows").alias("rows"), F.sum("traces").alias("traces"),
             F.sum("steps_checked").alias("steps")).collect()
         written = write_failing(results.where(f"verdict = '{FAIL}'"), out / "failing", level)
     verdicts = [row for row in counts if row.kind == "verdict"]
     quarantined = [row for row in counts if row.kind == "quarantine"]
-    by_verdict, by_property, by_reason = Counter(), Counter(), Counter()
+    by_verdict, by_finding, by_property, by_reason = Counter(), Counter(), Counter(), Counter()
     for row in verdicts:
         by_verdict[row.verdict] += row.traces
+        if row.finding is not None:
+            by_finding[row.finding] += row.traces
         for prop in (row.properties or ["(exact difference only)"]) if row.verdict == FAIL else ():
             by_property[prop] += row.traces
     for row in quarantined:
@@ -511,7 +520,8 @@ def write_outputs(session, paths, out: Path, level: str, split_bytes: int | None
     summary = Summary(
         level=level, files=loaded.files, input_rows=loaded.rows,
         checked_rows=sum(row.rows for row in verdicts), quarantined_rows=sum(row.rows for row in quarantined),
-        verdicts={name: by_verdict[name] for name in (PASS, FAIL)}, properties=dict(sorted(by_property.items())),
+        verdicts={name: by_verdict[name] for name in (PASS, FAIL, FINDING)},
+        findings=dict(sorted(by_finding.items())), properties=dict(sorted(by_property.items())),
         quarantine=dict(sorted(by_reason.items())), quarantined_traces=sum(row.traces for row in quarantined),
         steps_checked=sum(row.steps for row in verdicts), seconds=round(time.perf_counter() - started, 3),
         failing_files=written)
@@ -534,7 +544,9 @@ def count_table(title: str, columns: tuple[str, str], counts: dict[str, int], sh
 def summary_tables(summary: Summary) -> list[Table]:
     tables = [count_table(f"traces (level {summary.level})", ("verdict", "traces"), {
         "[green]pass[/]": summary.verdicts[PASS], "[bold red]fail[/]": summary.verdicts[FAIL],
-        "[yellow]quarantined[/]": summary.quarantined_traces})]
+        "[yellow]Kafka finding[/]": summary.verdicts[FINDING], "[yellow]quarantined[/]": summary.quarantined_traces})]
+    if summary.findings:
+        tables.append(count_table("Kafka findings", ("finding", "traces"), summary.findings))
     if summary.properties:
         tables.append(count_table("failing traces by property", ("contract property", "traces"), summary.properties))
     if summary.quarantine:
@@ -552,12 +564,15 @@ def summary_tables(summary: Summary) -> list[Table]:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out/validate"),
               show_default=True, help="Folder for verdicts, quarantine, failing traces and the summary.")
 @click.option("--level", type=click.Choice(LEVELS), default="exact", show_default=True)
+@click.option("--fail-on-findings/--findings-pass", default=False, show_default=True,
+              help="Whether a trace whose failure is a Kafka finding (what Kafka's own classes do there, named as "
+                   "`kpurgatory check` names it) fails the run; by default it is counted apart and passes.")
 @with_spark_options
-def validate_command(inputs, out, level, master, conf):
+def validate_command(inputs, out, level, fail_on_findings, master, conf):
     """Replay every trace in INPUTS (JSON Lines or Parquet files, or folders of them) through the model on Spark.
 
-    Exits 0 when every trace passes and no row is quarantined, 1 when a trace fails, 2 when rows were quarantined
-    but nothing failed."""
+    Exits 0 when every trace passes (Kafka findings aside, unless --fail-on-findings) and no row is quarantined, 1
+    when a trace fails, 2 when rows were quarantined but nothing failed."""
     corpus.discover(inputs)  # no input files is a usage error, and an unwritable --out, said before a JVM starts
     staging_folder(out).rmdir()
     session = get_session(master, parse_conf(conf), "kpurgatory validate-traces")
@@ -570,4 +585,5 @@ def validate_command(inputs, out, level, master, conf):
         console.print(f"{counted(summary.failing_files, 'failing trace')} in {out}/failing/; reproduce one with: "
                       f"kpurgatory replay {out}/failing/<trace>.jsonl; see one in {out}/failing/<trace>.html",
                       soft_wrap=True, highlight=False)
-    sys.exit(1 if summary.verdicts[FAIL] else 2 if summary.quarantined_rows else 0)
+    failed = summary.verdicts[FAIL] + (summary.verdicts[FINDING] if fail_on_findings else 0)
+    sys.exit(1 if failed else 2 if summary.quarantined_rows else 0)

@@ -6,10 +6,11 @@ is the built-in adapter with impl assembled from its usual classes except that o
 assembly seams impl lacks (it names TimerTaskList, TimingWheel and DelayQueue directly where it builds them).
 
 Any mutant is a system under test: ``--impl kpurgatory.conformance.tools.mutants:<id>`` (the module resolves every id to
-its adapter class). ``kpurgatory mutants`` checks each one at the exact level (time to first failure, shrunk
-counterexample written to ``--out``), at the contract level and, for the purgatory, concurrently
-(`kpurgatory.conformance.check.concurrent`), and exits 1 if a mutant survives them all. A mutant marked ``race`` shows only
-when threads race, so only the concurrent check can kill it.
+its adapter class). ``kpurgatory mutants`` checks each one in every mode (`MODES`): at the exact and the contract
+level, and concurrently (`kpurgatory.conformance.check.concurrent`, on the purgatory profile, over a timer mutant's
+timer too), each to its first failure (time to it, shrunk counterexample written to ``--out``), and exits 1 if a
+mutant survives them all. A mode that cannot observe a mutant's bug is ``blind`` to it, and the mutant says why: a
+mutant marked ``race`` shows only when threads race, so only the concurrent check can kill it.
 """
 
 from __future__ import annotations
@@ -35,6 +36,7 @@ from kpurgatory.impl import SELECTED
 from kpurgatory.impl.purgatory import DelayedOperationPurgatory, checked_keys
 from kpurgatory.impl.timer import DelayQueue, SystemTimer, TimerTaskList, TimingWheel
 from kpurgatory.model import vocabulary as v
+from kpurgatory.conformance.cli import Unwritable
 from kpurgatory.conformance.terminal import command_console
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -115,12 +117,20 @@ class Mutant:
     #: the bug is in purgatory code the compiled core runs in C with no hook for a subclass: on the compiled impl,
     #: the mutant is the pure-Python purgatory (over the compiled timer and ops)
     pure_python: bool = False
+    #: (mode, why) for each mode of `MODES` that cannot observe the bug
+    blind: tuple[tuple[str, str], ...] = ()
 
     @component.validator
     def _one_kind(self, _attribute, component: type) -> None:
         kinds = [kind for kind in SLOTS if issubclass(component, kind)]
         if len(kinds) != 1:
             raise ValueError(f"{component.__name__} must subclass exactly one of {[k.__name__ for k in SLOTS]}")
+
+    def blind_in(self, mode: str) -> str | None:
+        """Why ``mode`` cannot observe the bug (None: it can)."""
+        if self.race and mode != "threads":
+            return "a race: no single thread's calls show it"
+        return dict(self.blind).get(mode)
 
 
 @functools.cache
@@ -133,9 +143,9 @@ def adapter_class(mutant: Mutant) -> type[MutantAdapter]:
     super(), and the core calls its overrides of the hooks), and an op's mutant subclasses the compiled op."""
     slot = next(SLOTS[kind] for kind in SLOTS if issubclass(mutant.component, kind))
     if SELECTED.name == "compiled":
-        from kpurgatory.impl.compiled import FAULTS  # every timer mutant has its fault, by the same id
+        from kpurgatory.impl.compiled import FAULTS  # a timer mutant is the core's fault of the same id
 
-        fault = FAULTS.get(mutant.id, 0) if mutant.profile == "timer" else 0
+        fault = FAULTS[mutant.id] if mutant.profile == "timer" else 0
         timer = type("Timer", (SELECTED.SystemTimer,), {"faults": fault})
         purgatory = SELECTED.DelayedOperationPurgatory
         if slot == "purgatory_class":  # the mutant's methods over the compiled purgatory (super() reaches the C core)
@@ -199,6 +209,29 @@ class OverflowStartsAhead(Wheel):
         if self.overflow_wheel is None:
             super().add_overflow_wheel().current_time_ms += self.interval
         return self.overflow_wheel
+
+
+class WindowEndInside(Wheel):
+    """The window test is ``E <= c + interval`` instead of ``E < c + interval``: an entry due exactly one interval
+    ahead stays on the level whose window it ends, in the bucket of the level's current slot (the one being emptied
+    now, or about to be), instead of going up to the overflow wheel."""
+
+    __slots__ = ()
+
+    def add(self, entry) -> bool:
+        expiration = entry.expiration_ms
+        if entry.task.entry is entry and expiration >= self.current_time_ms + self.tick_ms:
+            for wheel in self.levels():
+                if expiration < wheel.current_time_ms + wheel.interval:
+                    break  # inside a window: placed where impl places it
+                if expiration == wheel.current_time_ms + wheel.interval:
+                    virtual_id = expiration // wheel.tick_ms
+                    bucket = wheel.buckets[virtual_id % wheel.wheel_size]
+                    bucket.add(entry)
+                    if bucket.set_expiration(virtual_id * wheel.tick_ms):
+                        wheel.queue.offer(bucket)
+                    return True
+        return super().add(entry)
 
 
 class FlushHeadOnly(TimerTaskList):
@@ -383,6 +416,32 @@ class CancelCompletes(DelayedOperationPurgatory):
         return cancelled
 
 
+class CancelKeepsTimeout(DelayedOperationPurgatory):
+    """cancelForKey removes the key's list but no longer cancels its ops' timer entries: a cancelled op still times
+    out (and still counts as delayed)."""
+
+    def cancel_for_key(self, key):
+        shard = self._watcher_list(key)
+        with shard.lock:
+            return shard.watchers_by_key.pop(key, [])
+
+
+class PurgeSkipsLastShard(DelayedOperationPurgatory):
+    """The purge sweeps every watcher shard but the last: completed ops watched on a key of the last shard stay on
+    its list until a check of that key."""
+
+    def purge_completed(self) -> int:
+        purged = 0
+        for shard in self._shards[:-1]:
+            with shard.lock:
+                for key, operations in list(shard.watchers_by_key.items()):
+                    survivors = [op for op in operations if not op.completed]
+                    purged += len(operations) - len(survivors)
+                    operations[:] = survivors
+                    self._remove_key_if_empty(shard, key, operations)
+        return purged
+
+
 class RewatchKeepsDeadline(DelayedOperationPurgatory):
     """Watching an op that is still in the timer keeps its first deadline instead of restarting it."""
 
@@ -476,8 +535,17 @@ MUTANTS: tuple[Mutant, ...] = (
            "KAFKA-18027: completed op watched", "purgatory", WatchedWhenCompleted),
     Mutant("kafka_2160_empty_lists_kept", "emptied watch lists are never removed from the map",
            "KAFKA-2160: empty lists kept (leak)", "purgatory", EmptyListsKept),
-    Mutant("kafka_17848_try_completed", "safeTryComplete does not skip a completed op",
+    Mutant("kafka_17848_try_completed", "safeTryComplete does not skip a completed op (KAFKA-17848 reverted)",
            "KAFKA-17848: tryComplete after completion", "purgatory", TriesCompleted, race=True),
+    Mutant("window_end_inside", "the window test is E <= c + interval instead of E < c + interval: an entry due "
+                                "exactly one interval ahead stays on the level, in its current slot's bucket",
+           "off-by-one: window end (interval)", "timer", WindowEndInside),
+    Mutant("cancel_key_keeps_timeout", "cancelForKey does not cancel its ops' timer entries: a cancelled op still "
+                                       "times out",
+           "cancelForKey: timer entry kept", "purgatory", CancelKeepsTimeout, pure_python=True),
+    Mutant("purge_skips_last_shard", "the purge skips the last watcher shard: completed ops on its keys' lists stay "
+                                     "until a check of the key",
+           "purge: a shard never swept", "purgatory", PurgeSkipsLastShard, pure_python=True),
     Mutant("unlocked_operation", "an op without its lock: tryComplete runs in two threads at once",
            "race: no per-op lock", "purgatory", UnlockedOperation, race=True),
     Mutant("unlocked_find_or_create", "watchForOperation finds or creates a key's list without the shard lock",
@@ -485,8 +553,8 @@ MUTANTS: tuple[Mutant, ...] = (
            pure_python=True),
 )
 BY_ID: dict[str, Mutant] = {mutant.id: mutant for mutant in MUTANTS}
-#: the concurrent check of a purgatory mutant: worker threads and calls per thread of each run
-CONCURRENT_THREADS, CONCURRENT_STEPS = 4, 40
+#: the concurrent check of a mutant: worker threads and calls per thread of each run, and its shrinking's budget
+CONCURRENT_THREADS, CONCURRENT_STEPS, CONCURRENT_SHRINK_S = 4, 40, 30.0
 
 
 def __getattr__(name: str) -> type[MutantAdapter]:
@@ -501,129 +569,190 @@ def __getattr__(name: str) -> type[MutantAdapter]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
+#: the checks a mutant goes through: the sequential check at either level, and the concurrent check (``check
+#: --threads``), which drives the purgatory profile (a timer mutant's timer under the purgatory's ops)
+MODES = ("exact", "contract", "threads")
+
+
 @attrs.frozen
 class Outcome:
-    """A mutant's checks: ``exact`` (whose counterexample is kept), ``contract`` and, for the purgatory,
-    ``concurrent`` (whose failing history is kept)."""
+    """A mutant's checks, by mode (`MODES`)."""
 
     mutant: Mutant
-    exact: CheckResult
-    contract: CheckResult
-    concurrent: ConcurrentResult | None
+    results: dict[str, CheckResult | ConcurrentResult] = attrs.Factory(dict)
+
+    def caught(self, mode: str) -> bool:
+        return mode in self.results and not self.results[mode].passed
 
     @property
     def killed(self) -> bool:
-        return not self.exact.passed or (self.concurrent is not None and not self.concurrent.passed)
+        return any(self.caught(mode) for mode in self.results)
+
+    def first_failure_s(self, mode: str) -> float | None:
+        """How long ``mode``'s check took to its first failure (the concurrent check: to the end of the check, which
+        stops at its first failure, shrinking included)."""
+        if not self.caught(mode):
+            return None
+        result = self.results[mode]
+        return result.time_to_first_failure_s if isinstance(result, CheckResult) else result.elapsed_s
+
+    def shrunk_length(self, mode: str) -> int | None:
+        """Steps of ``mode``'s shrunk counterexample (the concurrent check: calls of its shrunk history)."""
+        if not self.caught(mode):
+            return None
+        result = self.results[mode]
+        if isinstance(result, CheckResult):
+            return result.shrunk_length
+        return None if result.history is None else len(result.history.steps)
 
     @property
     def time_to_first_failure_s(self) -> float | None:
-        if not self.exact.passed:
-            return self.exact.time_to_first_failure_s
-        return None if self.concurrent is None or self.concurrent.passed else self.concurrent.elapsed_s
+        """The soonest any mode failed it."""
+        return min((time for mode in self.results if (time := self.first_failure_s(mode)) is not None), default=None)
 
 
-def check_mutant(mutant: Mutant, *, examples: int, seed: int, out_dir: Path | None) -> Outcome:
-    """The checks of one mutant (runs of the check's default length); the exact level's counterexample is written
-    to ``out_dir/<id>.jsonl``, a failing concurrent history to ``out_dir/<id>-concurrent.jsonl``."""
-    results = {level: run_check(adapter_class(mutant), profile=mutant.profile, level=level, examples=examples,
-                                seed=seed)
-               for level in ("exact", "contract")}
-    exact = results["exact"]
-    if exact.counterexample is not None and out_dir is not None:
-        header = attrs.evolve(exact.counterexample.header, trace_id=f"mutant-{mutant.id}",
-                              description=f"mutant {mutant.id} ({mutant.description}): {exact.failure_summary}")
-        path = write_traces(out_dir / f"{mutant.id}.jsonl", attrs.evolve(exact.counterexample, header=header))
-        exact = attrs.evolve(exact, trace_path=path)
-    concurrent = None
-    if mutant.profile == "purgatory":
-        concurrent = run_concurrent_check(adapter_class(mutant), threads=CONCURRENT_THREADS, runs=examples,
-                                          steps=CONCURRENT_STEPS, seed=seed)
-        if not concurrent.passed and out_dir is not None:
-            history = attrs.evolve(concurrent.history, header=attrs.evolve(
-                concurrent.history.header, trace_id=f"mutant-{mutant.id}-concurrent",
-                description=f"mutant {mutant.id} ({mutant.description})"))
-            path = write_traces(out_dir / f"{mutant.id}-concurrent.jsonl", history)
-            concurrent = attrs.evolve(concurrent, history=history, history_path=path)
-    return Outcome(mutant, exact, results["contract"], concurrent)
+def check_mutant(mutant: Mutant, *, examples: int, seed: int, out_dir: Path | None,
+                 modes: tuple[str, ...] = MODES) -> Outcome:
+    """The checks of one mutant in ``modes``, each stopping at its first failure (runs of the check's default
+    length); a sequential check's counterexample is written to ``out_dir/<id>.jsonl`` (exact) or
+    ``<id>-contract.jsonl``, a failing concurrent history to ``out_dir/<id>-concurrent.jsonl``."""
+    factory = adapter_class(mutant)
+    results: dict[str, CheckResult | ConcurrentResult] = {}
+    for mode in modes:
+        if mode == "threads":
+            results[mode] = concurrent_check(mutant, factory, examples=examples, seed=seed, out_dir=out_dir)
+            continue
+        result = run_check(factory, profile=mutant.profile, level=mode, examples=examples, seed=seed, max_failures=1)
+        if result.counterexample is not None and out_dir is not None:
+            header = attrs.evolve(result.counterexample.header, trace_id=f"mutant-{mutant.id}" + suffix(mode),
+                                  description=f"mutant {mutant.id} ({mutant.description}): {result.failure_summary}")
+            path = write_traces(out_dir / f"{mutant.id}{suffix(mode)}.jsonl",
+                                attrs.evolve(result.counterexample, header=header))
+            result = attrs.evolve(result, trace_path=path)
+        results[mode] = result
+    return Outcome(mutant, results)
 
 
-def verdict(result: CheckResult | ConcurrentResult | None, outcome: Outcome) -> str:
-    """Surviving one check is no failure as long as another kills the mutant: the contract level does not ask for
-    Kafka's wheel layout or purge schedule, the concurrent check cannot see what no race changes, and a race is
-    invisible to the sequential checks."""
-    if result is None:
+def suffix(mode: str) -> str:
+    """The file-name suffix of a mode's counterexample: none for the exact level's, as before there were modes."""
+    return {"exact": "", "threads": "-concurrent"}.get(mode, f"-{mode}")
+
+
+def concurrent_check(mutant: Mutant, factory, *, examples: int, seed: int, out_dir: Path | None) -> ConcurrentResult:
+    result = run_concurrent_check(factory, threads=CONCURRENT_THREADS, runs=examples, steps=CONCURRENT_STEPS,
+                                  seed=seed, shrink_budget_s=CONCURRENT_SHRINK_S)
+    if not result.passed and out_dir is not None:
+        history = attrs.evolve(result.history, header=attrs.evolve(
+            result.history.header, trace_id=f"mutant-{mutant.id}-concurrent",
+            description=f"mutant {mutant.id} ({mutant.description})"))
+        path = write_traces(out_dir / f"{mutant.id}{suffix('threads')}.jsonl", history)
+        result = attrs.evolve(result, history=history, history_path=path)
+    return result
+
+
+def verdict(outcome: Outcome, mode: str) -> str:
+    """A mode's verdict: caught; blind (the mode cannot observe the bug: `Mutant.blind_in` says why); missed (it
+    could, and did not, while another mode caught it); SURVIVED (no mode caught it); - (not run)."""
+    if mode not in outcome.results:
         return "-"
-    if not result.passed:
-        return "[green]killed[/]"
-    return "survived" if outcome.killed else "[bold red]SURVIVED[/]"
+    if outcome.caught(mode):
+        return "[green]caught[/]"
+    if outcome.mutant.blind_in(mode):
+        return "[dim]blind[/]"
+    return "[yellow]missed[/]" if outcome.killed else "[bold red]SURVIVED[/]"
 
 
-def results_table(outcomes: list[Outcome], seed: int, examples: int) -> Table:
-    table = Table(title=f"mutants: seed {seed}, up to {examples} examples per check")
-    for column in ("mutant", "profile", "bug class", "exact", "first failure", "shrunk (steps)", "contract",
-                   "concurrent"):
-        table.add_column(column, justify="right" if column in ("first failure", "shrunk (steps)") else "left")
+def results_table(outcomes: list[Outcome], seed: int, examples: int, modes: tuple[str, ...]) -> Table:
+    table = Table(title=f"mutants: seed {seed}, up to {examples} examples per check; per mode: verdict, time to "
+                        f"first failure, shrunk length (steps; calls for threads)")
+    for column in ("mutant", "profile", "bug class"):
+        table.add_column(column)
+    for mode in modes:
+        table.add_column(mode)
+        table.add_column("first", justify="right")
+        table.add_column("shrunk", justify="right")
     for outcome in outcomes:
-        exact, first_failure = outcome.exact, outcome.time_to_first_failure_s
-        table.add_row(outcome.mutant.id, outcome.mutant.profile, outcome.mutant.bug_class,
-                      verdict(exact, outcome), "" if first_failure is None else f"{first_failure:.2f} s",
-                      "" if exact.shrunk_length is None else str(exact.shrunk_length),
-                      verdict(outcome.contract, outcome), verdict(outcome.concurrent, outcome))
+        cells = [outcome.mutant.id, outcome.mutant.profile, outcome.mutant.bug_class]
+        for mode in modes:
+            first, length = outcome.first_failure_s(mode), outcome.shrunk_length(mode)
+            cells += [verdict(outcome, mode),
+                      "" if first is None else f"{first:.2f} s", "" if length is None else str(length)]
+        table.add_row(*cells)
     return table
 
 
 def medians(outcomes: list[Outcome]) -> tuple[float | None, float | None]:
-    """Median time to first failure over the mutants killed, and median shrunk length over those the exact level
-    killed (a concurrent history is not shrunk)."""
+    """Median time to first failure over the mutants killed, and median shrunk length of the sequential
+    counterexamples (a mutant's shortest)."""
     times = [outcome.time_to_first_failure_s for outcome in outcomes if outcome.killed]
-    lengths = [outcome.exact.shrunk_length for outcome in outcomes if outcome.exact.shrunk_length is not None]
+    lengths = [min(lengths) for outcome in outcomes
+               if (lengths := [length for mode in ("exact", "contract")
+                               if (length := outcome.shrunk_length(mode)) is not None])]
     return (statistics.median(times) if times else None, statistics.median(lengths) if lengths else None)
+
+
+def parse_modes(_context, _parameter, value: str) -> tuple[str, ...]:
+    modes = tuple(mode.strip() for mode in value.split(",") if mode.strip())
+    if not modes or set(modes) - set(MODES):
+        raise click.BadParameter(f"a comma-separated list of {', '.join(MODES)}, got {value!r}")
+    return tuple(mode for mode in MODES if mode in modes)
 
 
 @click.command("mutants")
 @click.option("--only", multiple=True, metavar="ID", help="Check only these mutants (repeatable).")
+@click.option("--modes", default=",".join(MODES), show_default=True, callback=parse_modes,
+              help="The checks to run each mutant through: exact and contract (the sequential check at that "
+                   "level), threads (the concurrent check, --threads 4, on the purgatory profile).")
 @click.option("--examples", type=click.IntRange(1), default=DEFAULT_EXAMPLES, show_default=True,
               help="Runs to generate per check at most (a killed mutant stops at its first failure).")
 @click.option("--seed", type=click.IntRange(0), help="Seed of the generated runs [default: a fresh one, printed].")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-mutants"),
-              show_default=True, help="Where each mutant's counterexample is written as <id>.jsonl.")
+              show_default=True, help="Where each mutant's counterexamples are written as <id>[-MODE].jsonl.")
 @click.option("--list", "list_only", is_flag=True, help="List the mutants and exit.")
-def mutants_command(only, examples, seed, out, list_only):
+def mutants_command(only, modes, examples, seed, out, list_only):
     """Check the conformance suite's power: run `kpurgatory check` against seeded bugs in the built-in
-    implementation, at the exact and the contract level and, for the purgatory, with threads (--threads 4).
+    implementation, in every mode: at the exact and the contract level and with threads (--threads 4).
 
-    Prints whether each mutant was killed, how long the first failure took and how short the counterexample
-    shrank, and the medians of both. Exits 1 if a mutant survives every check."""
+    Prints, per mutant and mode, whether the mode caught it (or is blind to it, and the mutant's description says
+    why), how long the first failure took and how short the counterexample shrank, and the medians. Exits 1 if a
+    mutant survives every mode."""
     unknown = sorted(set(only) - set(BY_ID))
     if unknown:
         raise click.BadParameter(f"unknown mutant ids: {', '.join(unknown)}", param_hint="--only")
     chosen = [mutant for mutant in MUTANTS if not only or mutant.id in only]
     if list_only:
         for mutant in chosen:
-            click.echo(f"{mutant.id}\t{mutant.profile}\t{mutant.bug_class}\t{mutant.description}")
+            blind = "; ".join(f"{mode}: blind, {mutant.blind_in(mode)}" for mode in MODES if mutant.blind_in(mode))
+            click.echo("\t".join([mutant.id, mutant.profile, mutant.bug_class, mutant.description, blind]).rstrip())
         return
     seed = random.randrange(2**32) if seed is None else seed
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as error:  # said before any check runs
+        raise Unwritable(out, error) from None
     console = command_console()
     outcomes = []
     with Progress(console=console, transient=True) as progress:
         task = progress.add_task("mutants", total=len(chosen))
         for mutant in chosen:
             progress.update(task, description=mutant.id)
-            outcomes.append(check_mutant(mutant, examples=examples, seed=seed, out_dir=out))
+            outcomes.append(check_mutant(mutant, examples=examples, seed=seed, out_dir=out, modes=modes))
             progress.advance(task)
-    console.print(results_table(outcomes, seed, examples))
+    console.print(results_table(outcomes, seed, examples, modes))
+    for outcome in outcomes:
+        for mode in modes:
+            if why := outcome.mutant.blind_in(mode):
+                console.print(f"{outcome.mutant.id}: {mode} is blind to it: {why}", markup=False, highlight=False)
     median_time, median_length = medians(outcomes)
     killed = sum(outcome.killed for outcome in outcomes)
-    by_level = {level: sum(not getattr(outcome, level).passed for outcome in outcomes
-                           if getattr(outcome, level) is not None) for level in ("exact", "contract", "concurrent")}
-    console.print(f"killed {killed}/{len(outcomes)} (exact level {by_level['exact']}, contract level "
-                  f"{by_level['contract']}, concurrent {by_level['concurrent']}); median time to first failure "
+    by_mode = ", ".join(f"{mode} {sum(outcome.caught(mode) for outcome in outcomes)}" for mode in modes)
+    console.print(f"killed {killed}/{len(outcomes)} ({by_mode}); median time to first failure "
                   f"{'-' if median_time is None else f'{median_time:.2f} s'}, median shrunk length "
                   f"{'-' if median_length is None else f'{median_length:g} steps'}")
-    if any(outcome.exact.trace_path for outcome in outcomes):
+    if any(outcome.caught(mode) for outcome in outcomes for mode in ("exact", "contract")):
         console.print(f"counterexamples in {out}/; reproduce one with: kpurgatory replay {out}/ID.jsonl "
                       f"--impl kpurgatory.conformance.tools.mutants:ID", markup=False, highlight=False)
-    if any(outcome.concurrent and outcome.concurrent.history_path for outcome in outcomes):
+    if any(outcome.caught("threads") for outcome in outcomes):
         console.print(f"failing histories in {out}/ID-concurrent.jsonl; check one with: kpurgatory check-history "
                       f"{out}/ID-concurrent.jsonl", markup=False, highlight=False)
     survivors = [outcome.mutant.id for outcome in outcomes if not outcome.killed]

@@ -103,7 +103,7 @@ def vector_trace(trace_id: str, profile: str, params: v.Params, commands: Iterab
         coverage.record(model, command, observation, before)
         steps.append(Step(seq, command, observation,
                           expect=expectations(model, command, observation, now_ms, declarations)))
-    covers = [item for item, count in coverage.report().items() if count]
+    covers = [item for item in ITEMS[profile] if coverage.counts[item]]  # items, not the shard count
     header = Header(trace_id, profile, params, MODEL, description, declarations=declarations,
                     vector={"kind": kind, "covers": covers, "finding": finding, "rule": rule})
     return Trace(header, steps)

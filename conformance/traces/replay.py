@@ -10,6 +10,11 @@ different states.
 A counterexample also records what the system under test answered at each step (`codec.Step.system`). Replayed
 without a system, those answers are judged as the system's, so the trace alone shows the failure; given a live
 system (``--impl``/``--adapter``), the live answers are judged instead, so a fixed system passes.
+
+A failure that is one of Kafka's known misbehaviours (`findings.FINDINGS`: a counterexample of a finding written by
+`kpurgatory check`, or a recording of Kafka's own classes at the edge of the domain) is named by the classifier check
+uses (`findings.recognise`, with Kafka's timer run beside the model's) and, as in check, passes unless findings are
+asked to fail (``--fail-on-findings``).
 """
 
 from __future__ import annotations
@@ -83,13 +88,18 @@ class ReplayReport:
     skipped: str | None = None
     #: how the system failed to answer (a `findings.Signature` kind: hung, raised, adapter crashed, ...)
     failed_as: str | None = None
-    #: the Kafka misbehaviour the system's failure is, if it is one (`findings.FINDINGS`)
+    #: the Kafka misbehaviour the failure is (the system's, or the recording's), if it is one (`findings.FINDINGS`)
     finding: Finding | None = None
 
     @property
     def exit_code(self) -> int:
         """This replay's exit code (0 pass, 1 the implementation failed, 2 bad input or a trace the system cannot
-        run, 3 the system broke)."""
+        run, 3 the system broke); a Kafka finding passes, as in check."""
+        return 0 if self.finding is not None else self.failure_code
+
+    @property
+    def failure_code(self) -> int:
+        """The exit code with a Kafka finding taken for the failure it is (``--fail-on-findings``)."""
         return 3 if self.broken else 2 if self.error is not None or self.skipped else 0 if self.ok else 1
 
     @property
@@ -180,7 +190,8 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
     outcomes: list[StepOutcome] = []
     finding = failed_as = edge = None
     # what Kafka's own timer does where its arithmetic wraps, to tell its known misbehaviours from the system's bugs
-    shadow = findings.KafkaShadow() if sut is not None else None
+    # (and a recording's: a recording of Kafka's classes does what they do)
+    shadow = findings.KafkaShadow() if sut is not None or recording is not None else None
 
     def report(error: str | None = None, broken: bool = False) -> ReplayReport:
         return ReplayReport(trace, "system" if sut is not None else "model", level, tuple(outcomes), error, broken,
@@ -211,20 +222,27 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
             expected = expected_by[release]
             edge = None if shadow is None else shadow.after(model, step.command, expected)
             failures: list[Failure] = []
+            # per observer that fails this step, the Kafka finding its answer is (None: it is no finding)
+            named: list[Finding | None] = []
             if recording is not None:
-                failures += recording.check(step.command, expected_by[recorded_release], step.observation)
+                claimed = expected_by[recorded_release]
+                if recording_failures := recording.check(step.command, claimed, step.observation):
+                    failures += recording_failures
+                    named.append(findings.recognise(edge, step.command, claimed, step.observation, None))
             observed = step.system if answers else None
-            if isinstance(observed, str):  # the recorded system failed to answer here
-                return report(f"step {step.seq}: system failed: {observed}", broken=True)
+            if isinstance(observed, str):  # the recorded system failed to answer here: as check met it
+                return failed(f"step {step.seq}", step.command, expected, findings.recorded_error(observed))
             if system is not None and v.supported(step.command, features):
                 try:
                     observed = system.step(step.command)
                 except Exception as error:  # the system failed: stop, keep the trace so far
                     return failed(f"step {step.seq}", step.command, expected, error)
             if observed is not None:
-                failures += (system_failures := sut.check(step.command, expected, observed))
-                if system_failures:
-                    finding = findings.recognise(edge, step.command, expected, observed, None)
+                if system_failures := sut.check(step.command, expected, observed):
+                    failures += system_failures
+                    named.append(findings.recognise(edge, step.command, expected, observed, None))
+            # a finding only if every failure of the step is Kafka's
+            finding = named[-1] if named and all(named) else None
             if failures and observed is not None and declared.release != release \
                     and exact_difference(step.command, expected_by[declared.release], observed) is None:
                 other_side_of = tuple(rule.ticket for rule in separating_rules(release, declared.release))
@@ -309,14 +327,15 @@ def print_report(console: Console, report: ReplayReport, window: int | None = 12
                       f"{markup(report.skipped)}", soft_wrap=True)
         return
     console.print(step_table(report, window))
-    if report.finding is not None:
-        console.print(f"[yellow]{markup(report.finding)}[/]")
+    # a Kafka finding is named as check names it: its name, then what Kafka does, which releases, which ticket
+    verdict = "[bold red]FAIL[/]" if report.finding is None else f"[yellow]finding: {markup(report.finding.name)}[/]"
+    named = "" if report.finding is None else f"\n  {markup(report.finding)}"
     failing = report.first_failure
     if report.error:
-        console.print(f"[bold red]FAIL[/] {markup(report.trace.trace_id)}: {markup(report.error)}")
+        console.print(f"{verdict} {markup(report.trace.trace_id)}: {markup(report.error)}{named}")
     elif failing is not None:
-        console.print(f"[bold red]FAIL[/] {markup(report.trace.trace_id)} at step {failing.seq} "
-                      f"({markup(format_command(failing.command))}):")
+        console.print(f"{verdict} {markup(report.trace.trace_id)} at step {failing.seq} "
+                      f"({markup(format_command(failing.command))}):{named}")
         for failure in failing.failures:
             console.print(f"  - {markup(failure)}")
         if report.explanation:
@@ -397,13 +416,18 @@ def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> l
 @with_kafka_option
 @with_target_options
 @click.option("--all-steps", is_flag=True, help="Show every step, not only the ones before a failure.")
-def replay_command(traces, impl, adapter, timeout, level, all_steps):
+@click.option("--fail-on-findings/--findings-pass", default=False, show_default=True,
+              help="Whether a Kafka finding fails the replay, as in `kpurgatory check`: a trace whose failure is "
+                   "what Kafka's own classes do there (a finding's counterexample, a recording of Kafka) is named "
+                   "with the releases and ticket, and by default passes.")
+def replay_command(traces, impl, adapter, timeout, level, all_steps, fail_on_findings):
     """Replay TRACES against the model (and --impl/--adapter); print a step table and a verdict. A file with a
     failing trace gets its page (`kpurgatory view`) next to it, as FILE.html.
 
-    Exits 0 when every step agrees with the model, 1 on a divergence, 2 on malformed input or a trace the system
-    cannot run (it uses a command the system's hello lists as unsupported: the trace is skipped, and says so), 3
-    when the system under test broke (crashed, hung, wrote garbage)."""
+    Exits 0 when every step agrees with the model (or a failure is a Kafka finding, unless --fail-on-findings), 1 on
+    a divergence, 2 on malformed input or a trace the system cannot run (it uses a command the system's hello lists
+    as unsupported: the trace is skipped, and says so), 3 when the system under test broke (crashed, hung, wrote
+    garbage)."""
     files = read_for_command(traces, concurrent=False)
     loaded = [trace for traces_of_file in files.values() for trace in traces_of_file]
     from kpurgatory.conformance.traces.view import view_failures  # the view imports this module
@@ -415,7 +439,7 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps):
     finally:
         gc.unfreeze()
     # the worst of the replays' exit codes: a broken system over bad input over a failure
-    sys.exit(max(report.exit_code for report in reports))
+    sys.exit(max(report.failure_code if fail_on_findings else report.exit_code for report in reports))
 
 
 @click.command("scenarios")

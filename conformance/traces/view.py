@@ -317,7 +317,7 @@ def page(traces: Iterable[Trace], reports: Iterable[ReplayReport] = (),
     # UTF-8 JSON, its lone surrogates spelled as JSON spells them (`codec.utf8_safe`): "\\ud800" in the JSON text
     data = codec.LONE_SURROGATE.sub(lambda match: "\\" + codec.surrogate_spelling(match),
                                     json.dumps(views, separators=(",", ":"), ensure_ascii=False))
-    data = base64.b64encode(gzip.compress(data.encode(), 6)).decode("ascii")
+    data = base64.b64encode(gzip.compress(data.encode(), 6, mtime=0)).decode("ascii")  # the same trace, the same page
     parts = {"style": asset("view.css"), "script": asset("view.js"), "data": data}
     return re.sub(r"\{\{(style|script|data)\}\}", lambda match: parts[match.group(1)], asset("view.html"))
 

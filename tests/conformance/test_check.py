@@ -55,7 +55,8 @@ def test_the_model_passes_against_itself_reaching_every_coverage_item(profile):
     assert result.passed, result.failure_summary
     assert result.counterexample is None and result.failure_summary == ""
     assert result.examples_run >= 100 and result.steps_run > 100 * 20 and result.distinct_states > 100
-    assert list(result.coverage) == list(ITEMS[profile])
+    shards = ["watcher shards hit (of 512)"] if profile == "purgatory" else []
+    assert list(result.coverage) == [*ITEMS[profile], *shards]
     assert [item for item, count in result.coverage.items() if not count] == []
 
 

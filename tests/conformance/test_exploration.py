@@ -72,7 +72,7 @@ def test_a_system_that_hangs_behind_an_adapter_is_restarted_and_shrunk(importabl
         started.append(1)
         return served("HangsInAdvance", 4.0)()
 
-    result = run_check(adapter, profile="timer", examples=3, steps=20, seed=2, out_dir=tmp_path, hang_budget=5)
+    result = run_check(adapter, profile="timer", examples=3, steps=20, seed=1, out_dir=tmp_path, hang_budget=5)
     assert not result.passed
     [hang] = result.failures
     assert hang.signature == Signature("hung", "advance", "") and "within 4 s" in hang.summary
@@ -116,7 +116,7 @@ def test_kafka_like_overflow_bugs_are_named_findings_and_the_run_passes(profile,
 
 
 def test_kafka_findings_through_an_adapter_that_reports_failures(importable):
-    result = run_check(served("KafkaLike", 10.0), profile="timer", examples=30, steps=20, seed=1)
+    result = run_check(served("KafkaLike", 10.0), profile="timer", examples=30, steps=20, seed=3)
     assert result.passed
     assert "interval-divides-by-zero" in {found.finding.name for found in result.findings}
     assert all(found.shrunk_length <= 3 for found in result.findings)
@@ -125,12 +125,12 @@ def test_kafka_findings_through_an_adapter_that_reports_failures(importable):
 def test_check_command_lists_findings_apart_and_passes(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(HERE))
     arguments = ["check", "--impl", "planted:KafkaLike", "--profile", "timer", "--examples", "40", "--steps", "20",
-                 "--seed", "1", "--out", str(tmp_path)]
+                 "--seed", "3", "--out", str(tmp_path)]
     result = CliRunner().invoke(main, arguments, terminal_width=200)
     assert result.exit_code == 0, result.output
-    assert "PASS seed 1" in result.output and "0 distinct failures" in result.output
+    assert "PASS seed 3" in result.output and "0 distinct failures" in result.output
     for name in ("deadline-wraps", "interval-divides-by-zero"):
         assert f"Kafka finding ({name})" in result.output
-    assert all(len(read_traces(path)[0].steps) <= 3 for path in tmp_path.glob("finding-timer-1-*.jsonl"))
+    assert all(len(read_traces(path)[0].steps) <= 3 for path in tmp_path.glob("finding-timer-3-*.jsonl"))
     result = CliRunner().invoke(main, arguments + ["--fail-on-findings", "--max-failures", "1"], terminal_width=200)
-    assert result.exit_code == 1 and "FAIL seed 1" in result.output, result.output
+    assert result.exit_code == 1 and "FAIL seed 3" in result.output, result.output

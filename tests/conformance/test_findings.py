@@ -165,7 +165,7 @@ def test_a_system_that_misbehaves_where_kafkas_arithmetic_is_sound_fails():
 
 
 def test_a_port_of_kafkas_wheel_passes_a_check_with_its_edges_named(tmp_path):
-    result = run_check(planted.PythonPort, profile="timer", examples=40, steps=20, seed=1, timeout=2.0,
+    result = run_check(planted.PythonPort, profile="timer", examples=200, steps=20, seed=1, timeout=2.0,
                        out_dir=tmp_path)
     assert result.passed and result.failures == (), [found.summary for found in result.failures]
     names = {found.finding.name for found in result.findings}
@@ -187,7 +187,7 @@ def test_a_finding_met_again_through_an_adapter_costs_an_init_not_a_restart(monk
     monkeypatch.setenv("PYTHONPATH", str(HERE))
     factory, made = counting(functools.partial(
         SubprocessSystem, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio planted:ListPort", timeout=10))
-    result = run_check(factory, profile="timer", examples=40, steps=20, seed=1)
+    result = run_check(factory, profile="timer", examples=40, steps=20, seed=3)
     assert result.passed and sum(found.repeats for found in result.findings) >= 5, result.findings
     assert len(made) == 1  # every finding answered with a failure: the one adapter was initialised afresh each run
 

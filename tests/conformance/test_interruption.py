@@ -76,7 +76,8 @@ def test_an_interrupted_check_keeps_the_counterexample_found(moment, after, sign
     assert "FAIL seed 1" in output
     [trace] = read_traces(out / "check-timer-1.jsonl")
     assert "not fully shrunk: interrupted" in trace.header.description
-    assert isinstance(trace.steps[-1].command, v.Size) and trace.steps[-1].system.result == 3
+    last = trace.steps[-1]  # the wrong answer: one too many
+    assert isinstance(last.command, v.Size) and last.system.result == last.observation.result + 1
     assert (out / "check-timer-1.txt").exists() and (out / "check-timer-1.html").exists()
     case = ET.parse(junit).find(".//testcase")
     assert case.find("failure") is not None
@@ -124,7 +125,7 @@ def test_a_system_that_exits_or_raises_keyboard_interrupt_is_a_crash_not_a_hang(
 
 def test_a_system_that_hangs_in_close_does_not_hold_the_check():
     result = run_check(planted.HangsInClose, profile="timer", examples=5, steps=10, seed=1, timeout=0.5)
-    assert result.passed and result.examples_run == 5
+    assert result.passed and result.examples_run >= 5  # Hypothesis's count: runs it had to discard come on top
 
 
 def factory_counting(make, made: list):

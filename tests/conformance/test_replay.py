@@ -1,6 +1,8 @@
 """Replaying traces: the corpus passes against the model; a wrong expectation fails naming the step; a scenario
-whose system hangs or crashes fails alone."""
+whose system hangs or crashes fails alone; a Kafka finding, replayed from check's counterexample or from a recording
+of Kafka, is named as check names it and passes unless findings fail."""
 
+import functools
 import json
 import re
 import sys
@@ -12,7 +14,8 @@ from click.testing import CliRunner
 
 from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.traces.replay import replay, scenario_files, scenarios
-from kpurgatory.conformance.traces.codec import dumps, write_traces
+from kpurgatory.conformance.traces.codec import Header, Step, Trace, dumps, write_traces
+from kpurgatory.model import vocabulary as v
 
 
 @pytest.mark.parametrize("scenario_id", sorted(scenarios()))
@@ -172,3 +175,89 @@ def test_counts_are_pluralised(tmp_path):
     path = write_traces(tmp_path / "one.jsonl", attrs.evolve(trace, steps=trace.steps[:1]))
     result = CliRunner().invoke(main, ["replay", str(path)], terminal_width=200)
     assert result.exit_code == 0 and f"PASS {trace.trace_id}: 1 step agrees with the model" in result.output
+
+
+# --- a replayed Kafka finding is named as check names it -------------------------------------------------------
+
+def counterexample_of(tmp_path, factory, params, commands):
+    """The counterexample check writes for the run ``commands`` (check's own run, classifier and writer), and the
+    failure check met there."""
+    from kpurgatory.conformance.check.machine import Session, rerun
+    from kpurgatory.conformance.check.sequential import reported
+
+    system = factory()
+    try:
+        hello = system.hello()
+        stop = rerun(Session(factory, system, hello, "timer", "exact"), params, commands)
+    finally:
+        system.close()
+    name = "check-timer-1" if stop.finding is None else f"finding-timer-1-{stop.finding.name}"
+    found = reported(stop, name, 0, hello, "timer", "exact", 1, tmp_path)
+    return found.trace_path, stop
+
+
+#: one run per way a finding is met: a wrong answer, an exception, a hang (through an adapter)
+FINDING_RUNS = {
+    "deadline-wraps": (v.Params(1, 4, 10, 1000), [v.TimerAdd("t", v.LONG_MAX)]),
+    "negative-bucket-index": (v.Params(1, 3, 0, 1000), [v.TimerAdd("t", 2**62 - 1)]),
+    "reinsertion-livelock": (v.Params(3, 6, 0, 1000), [v.TimerAdd("t", 2**62 - 1), v.Advance(0)]),
+}
+
+
+@pytest.mark.parametrize("finding", sorted(FINDING_RUNS))
+def test_a_finding_written_by_check_is_named_when_replayed_and_passes_unless_findings_fail(tmp_path, monkeypatch,
+                                                                                          finding):
+    from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
+    from kpurgatory.conformance.adapters.timed import TimedSystem
+
+    monkeypatch.setenv("PYTHONPATH", str(HERE))
+    monkeypatch.syspath_prepend(str(HERE))
+    import planted
+
+    if finding == "reinsertion-livelock":  # a hang: through an adapter, which is killed, not left spinning
+        factory = functools.partial(SubprocessSystem, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio "
+                                                      f"planted:PythonPort", timeout=float(HUNG_AFTER_S))
+    else:
+        factory = functools.partial(TimedSystem, planted.PythonPort(), float(HUNG_AFTER_S))
+    path, stop = counterexample_of(tmp_path, factory, *FINDING_RUNS[finding])
+    assert stop.finding is not None and stop.finding.name == finding
+    replayed = CliRunner().invoke(main, ["replay", str(path)], env={"COLUMNS": "400"})
+    assert replayed.exit_code == 0, replayed.output
+    assert f"finding: {finding} finding-timer-1-{finding}" in replayed.output
+    assert str(stop.finding) in replayed.output and "FAIL" not in replayed.output  # check's words, word for word
+    failing = CliRunner().invoke(main, ["replay", "--fail-on-findings", str(path)],
+                                 env={"COLUMNS": "400"})
+    assert failing.exit_code == (1 if finding == "deadline-wraps" else 3), failing.output  # as check's would be
+
+
+def test_a_real_divergence_replayed_is_still_a_failure(tmp_path, monkeypatch):
+    """planted.WrongAtTheEdge fails with Kafka's exception, but where Kafka's arithmetic is sound: no finding."""
+    from kpurgatory.conformance.adapters.timed import TimedSystem
+
+    monkeypatch.syspath_prepend(str(HERE))
+    import planted
+
+    path, stop = counterexample_of(tmp_path, lambda: TimedSystem(planted.WrongAtTheEdge(), float(HUNG_AFTER_S)),
+                                   v.Params(1, 20, 0, 1000), [v.TimerAdd("t", 20_000)])
+    assert stop.finding is None
+    replayed = CliRunner().invoke(main, ["replay", str(path)], env={"COLUMNS": "400"})
+    assert replayed.exit_code == 3 and "FAIL check-timer-1: step 1: system failed: ArithmeticException" in \
+        replayed.output and "finding" not in replayed.output, replayed.output
+
+
+def kafka_recording(trace_id: str) -> Trace:
+    """A recording of Kafka's own timer at the end of the clock: now + delay wraps negative and the task runs at
+    once, where the model rejects the deadline."""
+    header = Header(trace_id, "timer", v.Params(1, 20, 10, 1000), implementation="Apache Kafka 3.9.0 (SystemTimer)")
+    return Trace(header, [Step(1, v.TimerAdd("t", 5), v.Observation()),
+                          Step(2, v.TimerAdd("far", v.LONG_MAX), v.Observation(events=(v.Run("far"),)))])
+
+
+def test_a_recording_of_kafka_doing_what_kafka_does_is_named_and_a_wrong_one_is_not():
+    named = replay(kafka_recording("kafka.wraps"))
+    assert named.finding is not None and named.finding.name == "deadline-wraps" and named.exit_code == 0
+    assert named.failure_code == 1
+    trace = kafka_recording("kafka.wrong")
+    early = attrs.evolve(trace.steps[0], observation=v.Observation(events=(v.Run("t"),)))
+    report = replay(attrs.evolve(trace, steps=[early, trace.steps[1]]))  # runs a near task at once: Kafka does not
+    assert report.finding is None and report.exit_code == 1 and report.first_failure.seq == 1

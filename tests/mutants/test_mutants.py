@@ -18,15 +18,14 @@ from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.check.machine import Session
 from kpurgatory.conformance.check.concurrent import run_concurrent_check
-from kpurgatory.conformance.tools.mutants import (CONCURRENT_STEPS, CONCURRENT_THREADS, MUTANTS, SLOTS, Mutant, Wheel,
-                                            adapter_class)
-from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.tools.mutants import (CONCURRENT_STEPS, CONCURRENT_THREADS, MUTANTS, SLOTS, Mutant,
+                                                  Wheel, adapter_class)
 from kpurgatory.conformance.traces.codec import Header, Trace
 
 SEED, EXAMPLES = 0, 1000  # runs stop at the first failure; the budget only bounds slow kills
 #: sequential runs that must all pass against a race mutant (each runs to the end: kept modest)
 RACE_EXAMPLES = 200
-SEQUENTIAL = [mutant for mutant in MUTANTS if not mutant.race]
+SEQUENTIAL = [mutant for mutant in MUTANTS if not mutant.blind_in("exact")]
 RACES = [mutant for mutant in MUTANTS if mutant.race]
 
 
@@ -119,3 +118,22 @@ def test_kafkas_bug_history_is_seeded():
     """Each bug class of kafka-semantics §4 that a single-threaded purgatory or timer can have."""
     for ticket in ("664", "938", "1616", "1952", "2160", "17848", "18027"):
         assert any(mutant.id.startswith(f"kafka_{ticket}_") for mutant in MUTANTS), ticket
+
+
+def test_the_modes_are_chosen_and_a_blind_mode_says_why():
+    runner = CliRunner()
+    assert runner.invoke(main, ["mutants", "--modes", "exact,sideways"]).exit_code == 2
+    listed = runner.invoke(main, ["mutants", "--list", "--only", "kafka_17848_try_completed"]).output
+    assert "exact: blind, a race: no single thread's calls show it" in listed
+    unwritable = runner.invoke(main, ["mutants", "--only", "cancel_key_keeps_timeout", "--out", "/dev/null/none"])
+    assert unwritable.exit_code == 3 and unwritable.output.startswith("Error: cannot write /dev/null/none"), \
+        unwritable.output
+
+
+def test_a_contributor_bug_is_caught_by_each_sequential_mode(tmp_path):
+    result = CliRunner().invoke(main, ["mutants", "--only", "cancel_key_keeps_timeout", "--modes", "contract,exact",
+                                       "--seed", "0", "--examples", "50", "--out", str(tmp_path)],
+                                env={"COLUMNS": "300"})
+    assert result.exit_code == 0 and "killed 1/1 (exact 1, contract 1)" in result.output, result.output
+    assert {path.name for path in tmp_path.glob("*.jsonl")} == {"cancel_key_keeps_timeout.jsonl",
+                                                               "cancel_key_keeps_timeout-contract.jsonl"}

@@ -230,7 +230,10 @@ public final class KafkaAdapter {
         if (KafkaSystem.canReadWatcherKeys(ERA.purgatoryClass())) features.add("watcher_keys");
         Map<String, Object> hello = KafkaSystem.object("protocol_version", 1L, "implementation", implementation(),
             "profiles", profiles, "features", features);
-        if (!VERSION.isEmpty()) hello.put("declarations", KafkaSystem.object("kafka_version", VERSION));
+        Map<String, Object> declarations = KafkaSystem.object("watcher_shards",
+            KafkaSystem.watcherShards(ERA.purgatoryClass()));
+        if (!VERSION.isEmpty()) declarations.put("kafka_version", VERSION);
+        hello.put("declarations", declarations);
         if (!ERA.hasCancelForKey()) hello.put("unsupported_commands", List.of("cancel_key"));
         return hello;
     }

@@ -94,6 +94,15 @@ final class KafkaSystem {
         return false;
     }
 
+    /**
+     * How the purgatory spreads its watch lists, for hello: from 2.2.0 (KAFKA-6431) 512 lists, a key's picked by
+     * Math.abs(key.hashCode() % 512), where the adapter's keys hash as their labels; before, one map.
+     */
+    static Map<String, Object> watcherShards(Class<?> purgatory) {
+        return Internals.findField(purgatory, "watcherLists") != null
+            ? object("count", 512L, "hash", "java-string-hashcode") : object("count", 1L, "hash", "none");
+    }
+
     /** Ends the run if no shutdown did (a fresh init, or the end of input): the purgatory unregisters its gauges. */
     void close() throws Exception {
         if (!shutDown && purgatory != null) purgatory.shutdown();

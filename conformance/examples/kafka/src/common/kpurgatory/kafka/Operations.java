@@ -105,7 +105,11 @@ public final class Operations {
         Call.record("run", "task", task.label());
     }
 
-    /** A watch key, for the eras whose keys may be any object. */
+    /** A watch key, for the eras whose keys may be any object; it hashes as its label, as hello declares. */
     record Key(String label) implements Labelled {
+        @Override
+        public int hashCode() {
+            return label.hashCode();
+        }
     }
 }

@@ -162,10 +162,16 @@ final class KafkaEra implements Era {
         }
     }
 
+    /** A watch key; it hashes as its label, as hello declares. */
     private record Key(String label) implements DelayedOperationKey, Operations.Labelled {
         @Override
         public String keyLabel() {
             return label;
+        }
+
+        @Override
+        public int hashCode() {
+            return label.hashCode();
         }
     }
 }

@@ -1,0 +1,57 @@
+"""Three bugs a contributor could plausibly write, and the revert of KAFKA-17848 (`test_kafka_17848`), as mutants
+(`kpurgatory.conformance.tools.mutants`): each one's own run, played against it, shows the bug at the levels that can
+see it, and the built-in implementation passes the same run."""
+
+from kpurgatory.conformance.adapters.builtin import BuiltinAdapter
+from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
+from kpurgatory.conformance.traces.codec import Header, model_trace
+from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.impl.purgatory import SHARDS
+from kpurgatory.model import vocabulary as v
+from kpurgatory.model.contract import WatcherShards
+
+
+def failing_level(mutant_id: str, profile: str, params: v.Params, commands: list[v.Command]) -> dict[str, int | None]:
+    """Per level, the step at which the mutant first fails the model's run of ``commands`` (None: it passes)."""
+    mutant = adapter_class(BY_ID[mutant_id])
+    trace = model_trace(Header(mutant_id, profile, params), commands)
+    for level in ("exact", "contract"):
+        assert replay(trace, BuiltinAdapter(), level).ok
+    return {level: getattr(replay(trace, mutant(), level).first_failure, "seq", None)
+            for level in ("exact", "contract")}
+
+
+def test_an_entry_due_one_interval_ahead_stays_on_the_level_it_ends():
+    """Due at 4 on a wheel of 4 one-ms buckets: the overflow wheel's, not slot 0 of the first. Every due bucket is
+    released before the next call, so the entry still runs on time: only the read-out shows it."""
+    commands = [v.TimerAdd("t", 4), v.Wheel(), v.Advance(3), v.Advance(4), v.Size()]
+    assert failing_level("window_end_inside", "timer", v.Params(1, 4, 0, 1000), commands) == \
+        {"exact": 2, "contract": None}
+
+
+def test_a_cancelled_key_leaves_its_ops_in_the_timer():
+    """After cancelForKey the op is no longer delayed and never times out; the mutant still counts it and
+    expires it."""
+    commands = [v.Watch("o", ["k"], 10), v.CancelKey("k"), v.Delayed(), v.Advance(10)]
+    assert failing_level("cancel_key_keeps_timeout", "purgatory", v.Params(1, 20, 0, 0), commands) == \
+        {"exact": 3, "contract": 3}
+
+
+def key_on_shard(wanted) -> str:
+    """A key whose shard of impl's purgatory (Kafka's rule over its `SHARDS`, as its hello declares) is ``wanted``."""
+    return next(key for key in (f"k{number}" for number in range(10_000)) if wanted(WatcherShards(SHARDS).shard(key)))
+
+
+def test_the_purge_leaves_completed_ops_on_the_last_shards_lists():
+    """Purge interval 0: the advance after a completion purges. A key in any other shard is swept clean; on the
+    last shard's key the completed op stays watched (and the advance purged nothing, which the exact level reads)."""
+    def run(key: str) -> list[v.Command]:
+        return [v.Watch("o", [key], 10), v.Force("o"), v.Advance(1), v.Watched()]
+
+    params = v.Params(1, 20, 0, 0)
+    elsewhere = run(key_on_shard(lambda shard: shard < SHARDS - 1))
+    assert failing_level("purge_skips_last_shard", "purgatory", params, elsewhere) == \
+        {"exact": None, "contract": None}
+    last = run(key_on_shard(lambda shard: shard == SHARDS - 1))
+    assert failing_level("purge_skips_last_shard", "purgatory", params, last) == \
+        {"exact": 3, "contract": 4}
