@@ -176,7 +176,8 @@ def test_a_given_kafka_version_is_declared_and_named(adapter):
     hello = receive(process, 1)[0]["result"]
     process.stdin.close()
     assert process.wait(10) == 0
-    assert hello["declarations"] == {"kafka_version": "4.1.0"}
+    assert hello["declarations"] == {"kafka_version": "4.1.0",
+                                     "watcher_shards": {"count": 512, "hash": "java-string-hashcode"}}
     assert classes in hello["implementation"] and "unsupported_commands" not in hello
 
 

@@ -122,7 +122,9 @@ def test_hello_names_and_declares_the_release(release):
     hello = adapter("hello", protocol_version=1)["result"]
     assert adapter.close() == 0
     assert hello["implementation"] == f"Apache Kafka {version} ({ERAS[version][1]})"
-    assert hello["declarations"] == {"kafka_version": version}
+    shards = ({"count": 512, "hash": "java-string-hashcode"} if kafka.version_key(version) >= (2, 2) else
+              {"count": 1, "hash": "none"})  # KAFKA-6431: 512 watch lists, by the key's hashCode
+    assert hello["declarations"] == {"kafka_version": version, "watcher_shards": shards}
     assert hello["profiles"] == ["timer", "purgatory"]
     assert set(hello["features"]) == {"concurrent", "barrier", "gates", "wheel", "watcher_keys", "delay_queue"}
     assert hello.get("unsupported_commands", []) == ([] if has_cancel_for_key(version) else ["cancel_key"])
