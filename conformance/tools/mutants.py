@@ -145,7 +145,7 @@ def adapter_class(mutant: Mutant) -> type[MutantAdapter]:
     if SELECTED.name == "compiled":
         from kpurgatory.impl.compiled import FAULTS  # a timer mutant is the core's fault of the same id
 
-        fault = FAULTS[mutant.id] if mutant.profile == "timer" else 0
+        fault = FAULTS.get(mutant.id, 0) if mutant.profile == "timer" else 0
         timer = type("Timer", (SELECTED.SystemTimer,), {"faults": fault})
         purgatory = SELECTED.DelayedOperationPurgatory
         if slot == "purgatory_class":  # the mutant's methods over the compiled purgatory (super() reaches the C core)

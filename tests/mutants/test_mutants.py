@@ -132,7 +132,7 @@ def test_the_modes_are_chosen_and_a_blind_mode_says_why():
 
 def test_a_contributor_bug_is_caught_by_each_sequential_mode(tmp_path):
     result = CliRunner().invoke(main, ["mutants", "--only", "cancel_key_keeps_timeout", "--modes", "contract,exact",
-                                       "--seed", "0", "--examples", "50", "--out", str(tmp_path)],
+                                       "--seed", "0", "--examples", "150", "--out", str(tmp_path)],
                                 env={"COLUMNS": "300"})
     assert result.exit_code == 0 and "killed 1/1 (exact 1, contract 1)" in result.output, result.output
     assert {path.name for path in tmp_path.glob("*.jsonl")} == {"cancel_key_keeps_timeout.jsonl",

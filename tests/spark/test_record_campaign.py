@@ -27,7 +27,7 @@ def test_recordings_of_a_conforming_system_all_pass_in_both_formats(spark, tmp_p
     assert recorded.exit_code == 0, recorded.output
     for form in ("parquet", "jsonl"):
         summary = run_validation(spark, [tmp_path / f"corpus.{form}"], tmp_path / f"out-{form}")
-        assert summary.verdicts == {"pass": 12, "fail": 0} and summary.input_rows == 12 * 41 == summary.checked_rows
+        assert summary.verdicts == {"pass": 12, "fail": 0, "finding": 0} and summary.input_rows == 12 * 41 == summary.checked_rows
 
 
 def test_a_run_the_system_breaks_off_is_kept_up_to_its_last_answer(spark, tmp_path):
@@ -36,7 +36,7 @@ def test_a_run_the_system_breaks_off_is_kept_up_to_its_last_answer(spark, tmp_pa
     recorded = invoke("record", "--adapter", adapter, "--traces", 3, "--steps", 20, "--out", tmp_path)
     assert recorded.exit_code == 0 and "3 runs broken off by the system" in recorded.output, recorded.output
     summary = run_validation(spark, [tmp_path / "corpus.parquet"], tmp_path / "out")
-    assert summary.verdicts == {"pass": 3, "fail": 0} and summary.input_rows == 3 * (1 + 10)
+    assert summary.verdicts == {"pass": 3, "fail": 0, "finding": 0} and summary.input_rows == 3 * (1 + 10)
 
 
 def test_recordings_of_a_buggy_system_fail_on_its_bug(spark, tmp_path):
