@@ -44,6 +44,8 @@ SUBCOMMANDS: dict[str, str] = {
     "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",
     "spark-bench": "kpurgatory.conformance.spark.bench:bench_command",
     "prove": "kpurgatory.specs.cli:prove_command",
+    "record-broker": "kpurgatory.conformance.live.command:record_broker_command",
+    "judge-recording": "kpurgatory.conformance.live.judge:judge_recording_command",
 }
 
 

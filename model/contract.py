@@ -120,6 +120,47 @@ def _watcher_shards(value) -> WatcherShards:
     return WatcherShards(**value)
 
 
+def _allowance(instance, attribute, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"real_time.{attribute.name} must be a whole number of milliseconds, 0 or more, got "
+                         f"{value!r}")
+
+
+@attrs.frozen
+class RealTime:
+    """The real-time allowances of a system on a real clock (`Declarations.real_time`): how much earlier and later
+    than the virtual-clock bounds of on_time its ops may expire."""
+
+    clock_granularity_ms: int = attrs.field(default=1, validator=_allowance)
+    executor_lag_ms: int = attrs.field(default=1000, validator=_allowance)
+    reaper_ms: int = attrs.field(default=200, validator=_allowance)
+
+    @property
+    def early_ms(self) -> int:
+        """How long before the start of its deadline's tick an op may expire."""
+        return self.clock_granularity_ms
+
+    @property
+    def late_ms(self) -> int:
+        """How long after its deadline an op may still be pending."""
+        return self.clock_granularity_ms + self.executor_lag_ms
+
+
+def _real_time(value) -> RealTime | None:
+    """A hello's or header's ``{"clock_granularity_ms": ..., "executor_lag_ms": ..., "reaper_ms": ...}`` (any may be
+    left out), a `RealTime` as it is, or None (the virtual clock)."""
+    if value is None or isinstance(value, RealTime):
+        return value
+    if not isinstance(value, dict):
+        raise ValueError(f"real_time must be an object with clock_granularity_ms, executor_lag_ms and reaper_ms, got "
+                         f"{value!r}")
+    unknown = sorted(set(value) - set(attrs.fields_dict(RealTime)))
+    if unknown:
+        raise ValueError(f"real_time.{unknown[0]} is not an allowance: the fields are "
+                         f"{', '.join(attrs.fields_dict(RealTime))}")
+    return RealTime(**value)
+
+
 @attrs.frozen
 class Declarations:
     """What a system promises, declared in its hello; the defaults are Kafka's behaviour, as the model has it.
@@ -148,6 +189,26 @@ class Declarations:
       kafka_version        the Kafka release the system follows (a port declares the one it ports): the model
                            behaves as that release, at the exact level too, and the contract allows what its rules
                            allow (an op watched again after it completed may be listed again before KAFKA-18027).
+      real_time            None: the system runs on the virtual clock, which only its advances move. Else it runs
+                           on a real clock (a recording of a broker, ``kpurgatory record-broker``'s), and its
+                           allowances (`RealTime`) widen on_time of a concurrent history: a real timer fires on the
+                           wall clock, from another thread than the one that advanced it.
+                             clock_granularity_ms  how far apart the clock the recording reads and the clock the
+                                                   timer reads may be. Kafka's timer reads System.nanoTime in whole
+                                                   milliseconds, the agent reads System.nanoTime: 1 ms. An op may
+                                                   expire this much before the start of its deadline's tick, and is
+                                                   given this much more before it counts as late.
+                             executor_lag_ms       how long after its deadline an op may still wait to expire: the
+                                                   reaper hands a due bucket's ops to the timer's one executor
+                                                   thread, which runs them one after another, after the reaper's
+                                                   advance returned; a garbage collection or a loaded machine delays
+                                                   both (1000 ms). An op whose deadline passed more than
+                                                   clock_granularity_ms + executor_lag_ms before a point of the
+                                                   history must have completed by then.
+                             reaper_ms             the reaper's advanceClock timeout (Kafka: 200 ms): when nothing
+                                                   falls due, a purge check still runs at least this often. Recorded
+                                                   for the report; the watcher property judges the watch lists at
+                                                   each purge the history shows, whenever it ran.
     """
 
     firing: str = attrs.field(default="kafka", validator=attrs.validators.in_(FIRING))
@@ -157,6 +218,7 @@ class Declarations:
     negative_delays: str = attrs.field(default="run_at_once", validator=attrs.validators.in_(NEGATIVE))
     watcher_shards: WatcherShards = attrs.field(factory=WatcherShards, converter=_watcher_shards)
     kafka_version: str | None = attrs.field(default=None, validator=attrs.validators.optional(_release_version))
+    real_time: RealTime | None = attrs.field(default=None, converter=_real_time)
 
     @property
     def release(self) -> Release:

@@ -25,7 +25,7 @@ TESTS = Path(__file__).parent
 SHARED = {
     "spark": ["spark/test_*.py"],
     "maven": ["conformance/test_kafka_*.py", "impl/test_bench_kafka.py", "conformance/test_matrix.py",
-              "conformance/test_matrix_vectors.py", "examples/test_driver_java.py"],
+              "conformance/test_matrix_vectors.py", "examples/test_driver_java.py", "live/test_record_broker.py"],
     "chromium": ["conformance/test_*_browser.py"],
     "npm": ["examples/test_driver_javascript.py", "external/test_npm_timer_wheel.py"],
     "cargo": ["examples/test_driver_rust.py"],
@@ -45,7 +45,8 @@ SLOW = ["spark/test_*.py", "examples/test_*.py", "conformance/test_kafka_release
         "conformance/test_matrix_browser.py", "impl/test_bench_kafka.py", "impl/test_implementations.py",
         "external/test_npm_timer_wheel.py", "mutants/test_*.py", "specs/test_specs_obligations.py",
         "specs/test_specs_refutations.py", "specs/test_specs_interleaving.py", "conformance/test_vectors.py",
-        "conformance/test_matrix_vectors.py", "conformance/test_interruption.py", "conformance/test_reproducible.py"]
+        "conformance/test_matrix_vectors.py", "conformance/test_interruption.py", "conformance/test_reproducible.py",
+        "live/test_record_broker.py"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects

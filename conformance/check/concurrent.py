@@ -27,23 +27,27 @@ stated once, in words here and in code below:
                    watch return true exactly when they completed the op themselves.
   on_time          An op never expires before the start of its deadline's tick, by any clock value the run could have
                    reached. An op whose deadline passed by an advance invoked after its watch returned has completed
-                   (in a call invoked before that advance returned), unless it was cancelled by then.
+                   (in a call invoked before that advance returned), unless it was cancelled by then. A history
+                   of a system on a real clock (a live recording's) widens both bounds by the real-time allowances
+                   its header declares (``real_time``, `kpurgatory.model.contract.RealTime`) and adds the live
+                   properties of `kpurgatory.conformance.live.judge`.
   watcher_cleanup  Once every op has completed (every completing call returned), delayed and size read 0 and shutdown
                    drops nothing. Once, after that, every key ever watched was checked or cancelled, watched reads 0
-                   and watcher_keys (if the system reads it out) reads [].
+                   and watcher_keys (if the system reads it out) reads []. Once, after that, an advance reported a
+                   purge, watched reads 0 until a watch runs again: a purge sweeps every watcher shard.
   no_failure       Every call returns: the system neither raises nor hangs (a deadlock shows as calls that never
                    returned, listed with the history).
 
 A run: ``threads`` workers execute seeded random scripts (watch new ops on a few shared keys, set_ready, check,
 cancel_key, force, try, cancel, read the counters) while a clock thread advances the virtual clock; the scripts draw
-the sequential check's patterns too (deadlines on the wheel's comparisons, advances to a deadline, a watch followed
-by a cancel_key of its key), and the failing runs of a shared corpus are played as one-call-a-round plans
-(`corpus_plan`). A worker that refers to another thread's op first waits until that op's watch returned. Every op
-of a random run is watched once, so its deadline is known up to the clock's movement during the watch. The run
-ends with a *drain* on one thread: advance past every deadline, force every op, check every key, read the counters,
-shut down. The history is a trace (`kpurgatory.conformance.traces.codec`, a header with ``threads`` and steps with
-timings); a failing one is written to ``--out`` and ``kpurgatory check-history`` checks any history file, whoever
-recorded it.
+the sequential check's patterns too (deadlines on the wheel's comparisons, advances to a deadline, a watch followed by
+a cancel_key of its key), and the failing runs of a shared corpus are played as one-call-a-round plans
+(`corpus_plan`). A worker that refers to another thread's op first waits until that op's watch returned. Every op of a
+random run is watched once, so its deadline is known up to the clock's movement during the watch. The run ends with a
+*drain* on one thread: advance past every deadline, force every op, leave a stale entry on every key and advance again
+(the purge's turn), check every key, read the counters, shut down. The history is a trace
+(`kpurgatory.conformance.traces.codec`, a header with ``threads`` and steps with timings); a failing one is written to
+``--out`` and ``kpurgatory check-history`` checks any history file, whoever recorded it.
 
 A violation is a fact about this history, never a guess: every rule uses only what the timings prove (a call that
 returned before another was invoked happened before it). Runs are random interleavings, so the same seed does not
@@ -58,6 +62,7 @@ Kafka findings, reported apart. Commands the system's hello lists as unsupported
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import io
 import itertools
@@ -93,6 +98,8 @@ from kpurgatory.model.releases import Release
 #: before the next one starts; 10 µs makes calls interleave inside the system's critical sections
 SWITCH_INTERVAL_S = 1e-5
 DRAIN = "drain"
+#: the op the drain watches on every key and forces, leaving a stale entry on each
+STALE_OP = "drain.stale"
 CLOCK = "clock"
 
 
@@ -431,14 +438,19 @@ def settled(done: list[threading.Event], recorder: Recorder, timeout: float) -> 
 
 def drain(recorder: Recorder, plan: Plan, hello: Hello, timeout: float) -> None:
     """On one thread, after every other call returned: make every op ready and check every key (an op a list lost
-    is a lost wakeup now), pass every deadline, force every op, check every key again, read the counters, shut
+    is a lost wakeup now), pass every deadline, force every op; watch one more op on every key and force it, then
+    advance (a purge now must sweep every shard), read watched; check every key again, read the counters, shut
     down. A call that hangs (``timeout`` as in `execute`) ends the drain."""
     ops, keys = sorted(plan.owners), plan.keys
     horizon = max([plan.params.start_ms, *(c.to_ms for _, c in plan.calls if isinstance(c, v.Advance))]) + max(
         [0, *(c.delay_ms or 0 for _, c in plan.calls if isinstance(c, v.Watch))])
+    # one more op on every key, forced: its entries are stale on every list, for the purge of the next advance
+    stale = v.Watch(STALE_OP, keys, plan.params.tick_ms * plan.params.wheel_size, None)
+    swept = (stale, v.Force(STALE_OP), v.Advance(horizon), v.Watched()) if hello.declarations.within_domain(
+        horizon, stale.delay_ms) else ()
     commands = [command for command in (*map(v.SetReady, ops), *map(v.Check, keys), v.Advance(horizon),
-                                        *map(v.Force, ops), *map(v.Check, keys), v.Watched(), v.Delayed(), v.Size(),
-                                        v.WatcherKeys(), v.Shutdown())
+                                        *map(v.Force, ops), *swept, *map(v.Check, keys), v.Watched(), v.Delayed(),
+                                        v.Size(), v.WatcherKeys(), v.Shutdown())
                 if hello.drives(command)]
 
     def calls() -> None:
@@ -538,17 +550,35 @@ class History:
                 if isinstance(event, v.Complete):
                     self.completions[event.op].append(Completion(step, event.via))
         self.advances = [step for step in self.steps if isinstance(step.command, v.Advance)]
+        self.by_return = self.running_clock([step.timing.returned for step in self.advances])
+        self.by_invocation = self.running_clock([step.timing.invoked for step in self.advances])
+        #: the real-time allowances of a system on a real clock (a live recording's), None on the virtual clock
+        self.live = trace.header.declarations.real_time
+        self.early_ms, self.late_ms = (0, 0) if self.live is None else (self.live.early_ms, self.live.late_ms)
 
     def of(self, kind: type[v.Command]) -> Iterator[Step]:
         return (step for step in self.steps if isinstance(step.command, kind))
 
     def clock_before(self, time: int) -> int:
         """The least the clock can read at logical time ``time``: the last advance that returned before it."""
-        return max([self.params.start_ms, *(s.command.to_ms for s in self.advances if s.timing.returned < time)])
+        return self.furthest(self.by_return, time)
 
     def clock_by(self, time: int) -> int:
         """The most the clock can read at ``time``: the furthest advance invoked before it."""
-        return max([self.params.start_ms, *(s.command.to_ms for s in self.advances if s.timing.invoked < time)])
+        return self.furthest(self.by_invocation, time)
+
+    def furthest(self, clocks: tuple[list[int], list[int]], time: int) -> int:
+        """The furthest ``to_ms`` of the advances before ``time`` in ``clocks`` (`running_clock`)."""
+        before = bisect.bisect_left(clocks[0], time)
+        return clocks[1][before - 1] if before else self.params.start_ms
+
+    def running_clock(self, times: list[int | None]) -> tuple[list[int], list[int]]:
+        """The advances' logical ``times`` in order, and the furthest ``to_ms`` up to each: a history with many
+        advances (a live recording's) asks for the clock at every op. An advance without a time (one that never
+        returned, for the times it returned at) is left out."""
+        ordered = sorted((time, step.command.to_ms) for time, step in zip(times, self.advances) if time is not None)
+        return [time for time, _ in ordered], list(itertools.accumulate(
+            (to_ms for _, to_ms in ordered), max, initial=self.params.start_ms))[1:]
 
     def first(self, op: str) -> Step:
         return self.watches[op][0]
@@ -582,6 +612,10 @@ def check_history(trace: Trace) -> list[Violation]:
     if trace.header.threads is None:
         raise ValueError(f"trace {trace.trace_id!r} is not a concurrent history (its header has no threads)")
     history = History(trace)
+    if history.live is not None:  # a live recording adds what only a real broker's counters show
+        from kpurgatory.conformance.live.judge import LIVE_CHECKS
+
+        return [violation for check in CHECKS + LIVE_CHECKS for violation in check(history)]
     return [violation for check in CHECKS for violation in check(history)]
 
 
@@ -715,7 +749,7 @@ def on_time(history: History) -> Iterator[Violation]:
             deadline = history.clock_before(history.first(op).timing.invoked) + history.delay(op)
             tick_start = deadline - deadline % tick
             clock = history.clock_by(completion.step.timing.returned)
-            if clock < tick_start:
+            if clock < tick_start - history.early_ms:
                 yield Violation("on_time", f"op {op} expired while the clock read at most {clock}, before the start "
                                            f"{tick_start} of its deadline's tick", (history.first(op).seq,
                                                                                     completion.step.seq))
@@ -725,7 +759,7 @@ def on_time(history: History) -> Iterator[Violation]:
             if not last.timing.precedes(advance.timing):
                 continue
             deadline = history.clock_by(last.timing.returned) + history.delay(op)
-            if deadline > advance.command.to_ms or history.cancelled_by(op, advance.timing.returned):
+            if deadline + history.late_ms > advance.command.to_ms or history.cancelled_by(op, advance.timing.returned):
                 continue
             if not any(c.step.timing.invoked < advance.timing.returned for c in history.completions[op]):
                 yield Violation("on_time", f"op {op} (deadline at most {deadline}) was still pending when "
@@ -748,11 +782,23 @@ def watcher_cleanup(history: History) -> Iterator[Violation]:
         v.Delayed: (0, all_done), v.Size: (0, all_done), v.Shutdown: ([], all_done)}
     if len(first_clear) == len(keys):
         expected |= {v.Watched: (0, all_clear), v.WatcherKeys: ([], all_clear)}
+    purged = [step for step in history.of((v.Advance,)) if step.timing.invoked > all_done
+              and any(event.kind == "purge" for event in step.observation.events)]
+    swept = min((step.timing.returned for step in purged), default=None)
     for step in history.steps:
         value, after = expected.get(type(step.command), (None, None))
+        if isinstance(step.command, v.Watched) and swept is not None and not rewatched(history, all_done, step):
+            value, after = 0, min(swept, after if after is not None else swept)
         if after is not None and step.timing.invoked > after and step.observation.result != value:
             yield Violation("watcher_cleanup", f"{format_command(step.command)} read {step.observation.result!r} "
                                                f"after every op completed, expected {value!r}", (step.seq,))
+
+
+def rewatched(history: History, since: float, read: Step) -> bool:
+    """A watch call ran between ``since`` and the return of ``read``: it may have put entries back on the lists."""
+    return any(step.timing.returned is None or (step.timing.returned > since
+                                                 and step.timing.invoked < read.timing.returned)
+               for step in history.of((v.Watch,)))
 
 
 CHECKS: tuple[Callable[[History], Iterator[Violation]], ...] = (

@@ -164,6 +164,8 @@ class Session:
     interrupted: str | None = None
     #: Hypothesis runs examples (`conformance.check.sequential.explore`)
     exploring: bool = False
+    #: the watcher shard the next run's keys start from (`move_key_home`)
+    key_home: int | None = None
     #: why exploration ended before its budget (`Cut`)
     cut_short: str | None = None
 
@@ -172,6 +174,7 @@ class Session:
 
     def new_round(self) -> None:
         self.failing = self.shrinking = False
+        self.move_key_home()
         self.shortest = self.first = None
         self.shrink_hangs = self.round_shrink_runs = 0
 
@@ -206,10 +209,18 @@ class Session:
         if self.interrupted is not None:
             raise Interrupted(self.interrupted)
 
-    def key_rotation(self) -> int:
-        """How far this run's keys move on over the watcher shards (`strategies.run_keys`): one block per example
-        explored, so a check uses every shard, and held while a failure is shrunk (its run keeps its keys)."""
-        return self.examples - self.shrinking
+    def move_key_home(self) -> None:
+        """Move the watcher shard the next run's keys start from (`strategies.run_keys`) on by a block of
+        `strategies.KEYS_PER_RUN`, and on to the first shard no run has used yet, so that a check uses every shard
+        of the system however many of its keys a run leaves unused. The first run starts at k0's shard."""
+        shards = self.hello.declarations.watcher_shards
+        if self.key_home is None:
+            self.key_home = shards.shard("k0")
+            return
+        start = self.key_home + strategies.KEYS_PER_RUN
+        unused = (shard % shards.count for shard in range(start, start + shards.count)
+                  if shard % shards.count not in self.coverage.shards_hit)
+        self.key_home = next(unused, start % shards.count)
 
     def best_so_far(self) -> Divergence | None:
         """This round's failure as far as it was shrunk (None: none was found): the shortest run that failed with its
@@ -241,6 +252,8 @@ class Session:
             self.examples += 1
             self.steps += steps
             self.shrinking = self.failing
+            if not self.failing:  # a failing run keeps its keys while it is shrunk
+                self.move_key_home()
         if self.on_example is not None:
             self.on_example(self)
         if self.shrinking and self.round_shrink_runs >= self.shrink_budget:
@@ -259,6 +272,8 @@ class ConformanceMachine(RuleBasedStateMachine):
     profile: ClassVar[str]
     #: the commands that only read the state
     READS: ClassVar[tuple[v.Command, ...]]
+    #: the command that puts a new entry on the timer (`add_entry`)
+    ADD: ClassVar[str]
 
     def __init__(self) -> None:
         super().__init__()
@@ -409,6 +424,28 @@ class ConformanceMachine(RuleBasedStateMachine):
         to_ms = data.draw(st.sampled_from([deadline, deadline - 1, deadline + 1, tick_start]), label="to_ms")
         self.execute(v.Advance(min(max(to_ms, self.model.now_ms), self.clock_limit)))
 
+    @precondition(lambda self: self.session.hello.unsupported.isdisjoint(("advance", self.ADD))
+                  and self.model.timer.timing_wheel.overflow_wheel is not None)
+    @rule(data=st.data())
+    def meet_at_interval(self, data: st.DataObject) -> None:
+        """Two entries into the first wheel's slot of one time ``due``, through the edge of its interval
+        (`strategies.interval_meetings`): one with a deadline an interval after ``due``, filed now in a bucket of the
+        third wheel or above that falls due at ``due``; one more that fires an interval before ``due``, so the
+        clocks move there; then one with its deadline at ``due``, a whole interval away; then the clock to ``due``.
+        A wheel that files at its interval instead of passing it on has both in one bucket. Once an overflow wheel
+        exists: the first entry beyond the first wheel's interval is for the other rules to place (at the interval
+        itself, now and then)."""
+        dues = strategies.interval_meetings(self.params, self.model.now_ms, clocks_of(self.model.timer))
+        if not dues or self.clock_limit < dues[-1]:
+            return
+        due = data.draw(st.sampled_from(dues), label="due")
+        interval = self.params.tick_ms * self.params.wheel_size
+        for deadline in (due + interval, due - interval):
+            self.add_entry(deadline - self.model.now_ms)
+        self.execute(v.Advance(due - interval))
+        self.add_entry(interval)
+        self.execute(v.Advance(due))
+
     @precondition(lambda self: self.reads is not None)
     @rule(data=st.data())
     def read(self, data: st.DataObject) -> None:
@@ -421,6 +458,7 @@ class ConformanceMachine(RuleBasedStateMachine):
 class TimerMachine(ConformanceMachine):
     profile = "timer"
     READS = (v.Size(), v.Wheel(), v.DelayQueue())
+    ADD = "timer_add"
     tasks = Bundle("tasks")
 
     @initialize(data=st.data(), ends_with_shutdown=st.booleans())
@@ -440,6 +478,13 @@ class TimerMachine(ConformanceMachine):
         self.execute(v.TimerAdd(task, delay))
         return task
 
+    def add_entry(self, delay_ms: int) -> None:
+        """A new task with ``delay_ms``, if the system promises anything for it."""
+        if self.declared(delay_ms):
+            task = f"t{len(self.task_delays)}"
+            self.task_delays[task] = delay_ms
+            self.execute(v.TimerAdd(task, delay_ms))
+
     @sends("timer_add")
     @rule(task=tasks)
     def add_again(self, task: str) -> None:
@@ -456,6 +501,7 @@ class TimerMachine(ConformanceMachine):
 class PurgatoryMachine(ConformanceMachine):
     profile = "purgatory"
     READS = (v.Watched(), v.Delayed(), v.Size(), v.Wheel(), v.WatcherKeys(), v.DelayQueue())
+    ADD = "watch"
     ops = Bundle("ops")
     keys = Bundle("keys")
     key_lists = st.lists(keys, min_size=1, max_size=4)  # small key pools: shared and duplicate keys are common
@@ -470,11 +516,12 @@ class PurgatoryMachine(ConformanceMachine):
     @initialize(target=keys, data=st.data())
     def some_keys(self, data: st.DataObject):
         """A few keys, so ops share keys and repeat them, on watcher shards that move on from run to run
-        (`strategies.run_keys`, `Session.key_rotation`). (A rule minting keys would now and then be the only rule
+        (`strategies.run_keys`, `Session.move_key_home`). (A rule minting keys would now and then be the only rule
         Hypothesis's swarm testing enables, and spend whole runs doing nothing.)"""
         session = self.session
-        keys = strategies.run_keys(session.hello.declarations.watcher_shards, session.key_rotation())
-        return multiple(*data.draw(keys, label="keys"))
+        keys = strategies.run_keys(session.hello.declarations.watcher_shards, session.key_home)
+        self.run_keys = data.draw(keys, label="keys")
+        return multiple(*self.run_keys)
 
     @sends("watch")
     @rule(target=ops, keys=key_lists, ready_on=strategies.READY_ON, data=st.data())
@@ -487,6 +534,15 @@ class PurgatoryMachine(ConformanceMachine):
         self.op_delays[op] = delay
         self.execute(v.Watch(op, keys, delay, ready_on))
         return op
+
+    def add_entry(self, delay_ms: int) -> None:
+        """A new op that waits for its deadline, watched on the run's first key, if the system promises anything for
+        ``delay_ms``."""
+        if self.declared(delay_ms):
+            op = f"o{self.op_count}"
+            self.op_count += 1
+            self.op_delays[op] = delay_ms
+            self.execute(v.Watch(op, [self.run_keys[0]], delay_ms, None))
 
     @sends("watch")
     @rule(op=ops, keys=key_lists)

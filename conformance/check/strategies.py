@@ -102,15 +102,14 @@ def key_names(shards: WatcherShards) -> tuple[tuple[str, ...], ...]:
     return tuple(map(tuple, names))
 
 
-def run_keys(shards: WatcherShards, rotation: int = 0) -> st.SearchStrategy[tuple[str, ...]]:
+def run_keys(shards: WatcherShards, home: int | None = None) -> st.SearchStrategy[tuple[str, ...]]:
     """A run's `KEYS_PER_RUN` keys, so that the runs of a check spread over every watcher shard: a bug in one list (a
-    purge that skips the last) is reached. The keys sit on consecutive shards from k0's moved on by ``rotation``
-    blocks of `KEYS_PER_RUN` (rotation 0: k0, k1, k2, k3), so a check that rotates by one a run uses every shard in
-    count / KEYS_PER_RUN runs however Hypothesis draws; now and then a key is on a shard drawn anywhere (it shrinks
-    back to its place), and the last one shares the first one's shard under another name, so two keys meet in one
-    list's map and lock."""
+    purge that skips the last) is reached. The keys sit on consecutive shards from ``home`` (None: k0's, where the
+    keys are k0, k1, k2, k3), so a check that moves ``home`` on from run to run uses every shard however Hypothesis
+    draws; now and then a key is on a shard drawn anywhere (it shrinks back to its place), and the last one shares
+    the first one's shard under another name, so two keys meet in one list's map and lock."""
     names = key_names(shards)
-    home = shards.shard("k0") + rotation * KEYS_PER_RUN
+    home = shards.shard("k0") if home is None else home
 
     def keys(drawn: tuple[tuple[int, ...], bool]) -> tuple[str, ...]:
         offsets, shared = drawn
@@ -188,6 +187,34 @@ def interval_ends(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.Sea
     advance there meets an entry added at that interval (`wheel_edges`), where ``<=`` for ``<`` in add shows."""
     ends = [clock + tick * p.wheel_size for tick, clock in level_clocks(p, now, clocks)[:2]]
     return st.sampled_from([end - d for end in ends for d in (0, 1) if end - d <= v.LONG_MAX] or [v.LONG_MAX])
+
+
+def interval_meetings(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> list[int]:
+    """Times ``due`` at which a bucket of the third wheel or above falls due while an entry of it, added again
+    from there, meets the first wheel's interval exactly (its deadline is ``due`` plus that interval): that entry
+    and one added at the interval when the first wheel's clock is one interval before ``due`` both have the first
+    wheel's slot of ``due``, which is where ``<=`` for ``<`` in add shows at the contract level (an entry filed in a
+    bucket that falls due an interval early or late). Each ``due`` is a multiple of the tick of the level where an
+    entry with that deadline, added now, lands, and comes an interval or more after now."""
+    levels = level_clocks(p, now, clocks)
+    interval = p.tick_ms * p.wheel_size
+    dues = []
+    for level in range(2, len(levels)):
+        tick = levels[level][0]
+        for ahead in range(1, 4):
+            due = (now // tick + ahead) * tick
+            if due - interval > now and due + interval <= v.LONG_MAX and landing(levels, p, due + interval) == level:
+                dues.append(due)
+    return sorted(set(dues))
+
+
+def landing(levels: list[tuple[int, int]], p: v.Params, deadline: int) -> int:
+    """The level (0: the first wheel) where TimingWheel.add files a pending entry with ``deadline``, given the
+    levels' (tick, current time) as `level_clocks` gives them."""
+    for level, (tick, clock) in enumerate(levels):
+        if deadline < clock + tick * p.wheel_size:
+            return level
+    return len(levels) - 1
 
 
 def near_boundaries(p: v.Params, now: int) -> st.SearchStrategy[int]:

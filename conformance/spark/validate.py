@@ -25,6 +25,10 @@ of kpurgatory's own on some trace quarantines that trace (``validator_crashed``)
 row ends in exactly one place: input rows = rows of checked traces + quarantined rows, which the job asserts against a
 count taken outside it.
 
+A concurrent history (a header with ``threads``, such as a window of a live broker recording, `conformance.live`)
+cannot be replayed: it is judged by the concurrent properties instead (`conformance.live.judge.history_verdict`), a
+failing one written shrunk to ``failing/`` like any other.
+
 A trace whose failure is one of Kafka's known misbehaviours (a recording of Kafka's own classes where its arithmetic
 wraps, a finding's counterexample written by ``kpurgatory check``) gets the verdict ``finding`` and the finding's name,
 as replay names it (`findings.FINDINGS`); like check, the job passes with findings unless ``--fail-on-findings``.
@@ -187,6 +191,10 @@ def structure(rows: list[dict], parsed: list) -> dict[int, Rejected]:
 
 def verdict(rows: list[dict], trace: Trace, level: str) -> list[dict]:
     """Replay a well-formed trace; a command the model rejects quarantines it like any other bad line."""
+    if trace.header.threads is not None:  # a concurrent history (a live recording's window): judged by properties
+        from kpurgatory.conformance.live.judge import history_verdict
+
+        return history_verdict(rows, trace)
     step_rows = rows[1:]
     try:
         report = replay(trace, level=level)

@@ -465,9 +465,15 @@ def params_to_json(params: v.Params) -> dict:
     return attrs.asdict(params)
 
 
+#: the declarations written only when declared: left out, they are None
+UNLESS_DECLARED = ("kafka_version", "real_time")
+
+
 def declarations_to_json(declarations: Declarations) -> dict:
-    """Every field, but a Kafka release only when one is declared (none means current Kafka)."""
-    return attrs.asdict(declarations, filter=lambda field, value: field.name != "kafka_version" or value is not None)
+    """Every field, but a Kafka release only when one is declared (none means current Kafka), and real-time
+    allowances only when the system runs on a real clock (none means the virtual clock)."""
+    return attrs.asdict(declarations,
+                        filter=lambda field, value: value is not None or field.name not in UNLESS_DECLARED)
 
 
 def declarations_from_json(document: dict) -> Declarations:

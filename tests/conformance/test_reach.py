@@ -16,11 +16,11 @@ from kpurgatory.conformance.check.concurrent import (CLOCK, check_history, corpu
 from kpurgatory.conformance.check.coverage import Coverage
 from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
-from kpurgatory.conformance.traces.codec import (Header, Step, Timing, Trace, declarations_from_json, dumps, loads,
-                                                 model_trace)
+from kpurgatory.conformance.traces.codec import (Header, Step, Timing, Trace, declarations_from_json,
+                                                 declarations_to_json, dumps, loads, model_trace)
 from kpurgatory.impl.purgatory import SHARDS
 from kpurgatory.model import vocabulary as v
-from kpurgatory.model.contract import KAFKA, Declarations, WatcherShards, java_string_hash
+from kpurgatory.model.contract import KAFKA, Declarations, RealTime, WatcherShards, java_string_hash
 
 DRAWN = settings(database=None, max_examples=400, phases=[Phase.generate], derandomize=True)
 
@@ -64,8 +64,8 @@ def test_a_runs_keys_are_few_distinct_spread_over_shards_and_shrink_to_k0_k3():
     runs = drawn(strategies.run_keys(shards))
     assert all(len(set(keys)) == len(keys) <= strategies.KEYS_PER_RUN for keys in runs)
     assert len({shards.shard(key) for keys in runs for key in keys}) > 100  # now and then a key anywhere
-    rotated = {shards.shard(key) for rotation in range(512 // strategies.KEYS_PER_RUN)
-               for key in find(strategies.run_keys(shards, rotation), lambda keys: True)}
+    rotated = {shards.shard(key) for home in range(0, 512, strategies.KEYS_PER_RUN)
+               for key in find(strategies.run_keys(shards, home), lambda keys: True)}
     assert rotated == set(range(512))  # a run's keys in their places: every shard in 128 runs
     assert any(len({shards.shard(key) for key in keys}) < len(keys) for keys in runs)  # two keys in one list
     few = WatcherShards(2)
@@ -83,6 +83,27 @@ def test_watcher_shards_are_declared_in_hello_and_travel_in_trace_headers():
     for wrong in ({"count": 0}, {"count": 512, "hash": "none"}, {"hash": "md5"}, {"count": True}):
         with pytest.raises(ValueError):
             Declarations(watcher_shards=wrong)
+
+
+def test_real_time_is_declared_and_travels_in_trace_headers():
+    """A system on a real clock declares its real-time allowances (a live recording's header does); a system on the
+    virtual clock declares none, and its header leaves them out."""
+    assert declarations_from_json({}).real_time is None
+    assert "real_time" not in declarations_to_json(KAFKA)
+    declared = declarations_from_json({"kafka_version": "3.9.1", "real_time": {"executor_lag_ms": 250}})
+    assert declared.real_time == RealTime(1, 250, 200)
+    assert (declared.real_time.early_ms, declared.real_time.late_ms) == (1, 251)
+    live = Declarations(real_time={"clock_granularity_ms": 2, "executor_lag_ms": 0, "reaper_ms": 100})
+    trace = Trace(Header("t", "purgatory", v.Params(), threads=2, declarations=live), ())
+    assert loads(dumps(trace)) == [trace]
+    assert json.loads(dumps(trace))["header"]["declarations"]["real_time"] == {
+        "clock_granularity_ms": 2, "executor_lag_ms": 0, "reaper_ms": 100}
+    for wrong, field in (({"executor_lag_ms": -1}, "real_time.executor_lag_ms"),
+                         ({"reaper_ms": 1.5}, "real_time.reaper_ms"),
+                         ({"clock_granularity_ms": True}, "real_time.clock_granularity_ms"),
+                         ({"lag_ms": 3}, "real_time.lag_ms"), (5, "real_time")):
+        with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+            Declarations(real_time=wrong)
 
 
 def test_coverage_counts_the_shards_used_and_leaves_them_out_without_shards():

@@ -29,6 +29,17 @@ def test_an_entry_due_one_interval_ahead_stays_on_the_level_it_ends():
         {"exact": 2, "contract": None}
 
 
+def test_two_entries_meeting_in_the_slot_at_the_interval_fire_one_early():
+    """On a wheel of 2 one-ms buckets: t0 (due 6) waits in a third-level bucket due at 4; t1 moves the clocks to 2;
+    t2, due at 4, is filed at the interval in the first wheel's slot of 4, where t0, added again at 4 with 2 to go,
+    joins it: t0 fires at 4, two ms early. Both profiles show it at both levels (`meet_at_interval`'s pattern)."""
+    timer = [v.TimerAdd("t0", 6), v.TimerAdd("t1", 2), v.Advance(2), v.TimerAdd("t2", 2), v.Advance(4)]
+    assert failing_level("window_end_inside", "timer", v.Params(1, 2, 0, 1000), timer) == {"exact": 5, "contract": 5}
+    purgatory = [v.Watch("a", ["k"], 6), v.Watch("b", ["k"], 2), v.Advance(2), v.Watch("c", ["k"], 2), v.Advance(4)]
+    assert failing_level("window_end_inside", "purgatory", v.Params(1, 2, 0, 1000), purgatory) == \
+        {"exact": 5, "contract": 5}
+
+
 def test_a_cancelled_key_leaves_its_ops_in_the_timer():
     """After cancelForKey the op is no longer delayed and never times out; the mutant still counts it and
     expires it."""
