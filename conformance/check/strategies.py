@@ -195,15 +195,19 @@ def interval_meetings(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> li
     and one added at the interval when the first wheel's clock is one interval before ``due`` both have the first
     wheel's slot of ``due``, which is where ``<=`` for ``<`` in add shows at the contract level (an entry filed in a
     bucket that falls due an interval early or late). Each ``due`` is a multiple of the tick of the level where an
-    entry with that deadline, added now, lands, and comes an interval or more after now."""
+    entry with that deadline, added now, lands, and comes an interval or more after now; and no level's window up to
+    that one passes Long.MAX_VALUE (where Kafka's windows wrap, the other rules go: its hangs there cost a time limit
+    each)."""
     levels = level_clocks(p, now, clocks)
     interval = p.tick_ms * p.wheel_size
     dues = []
     for level in range(2, len(levels)):
-        tick = levels[level][0]
+        tick, clock = levels[level]
+        if clock + tick * p.wheel_size > v.LONG_MAX:
+            break
         for ahead in range(1, 4):
             due = (now // tick + ahead) * tick
-            if due - interval > now and due + interval <= v.LONG_MAX and landing(levels, p, due + interval) == level:
+            if due - interval > now and landing(levels, p, due + interval) == level:
                 dues.append(due)
     return sorted(set(dues))
 
