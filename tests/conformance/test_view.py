@@ -108,7 +108,7 @@ def test_a_systems_answers_get_their_own_column():
 
 
 def test_a_counterexample_file_alone_shows_the_systems_answers(tmp_path):
-    result = run_check(adapter_class(BY_ID["cancel_leaves_entry"]), profile="timer", examples=200, seed=3,
+    result = run_check(adapter_class(BY_ID["cancel_leaves_entry"]), profile="timer", examples=200, seed=1,
                        out_dir=tmp_path)
     [from_file] = read_traces(result.trace_path)
     view = sequential_view(from_file)

@@ -37,7 +37,7 @@ def open_view(page, path: Path) -> None:
 
 
 def test_a_seeded_counterexample_shows_its_divergence_and_steps_with_the_keyboard(page, tmp_path):
-    result = run_check(adapter_class(BY_ID["cancel_leaves_entry"]), profile="timer", examples=200, seed=3,
+    result = run_check(adapter_class(BY_ID["cancel_leaves_entry"]), profile="timer", examples=200, seed=1,
                        out_dir=tmp_path)
     assert not result.passed
     failing = result.report.first_failure
