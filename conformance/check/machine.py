@@ -164,8 +164,6 @@ class Session:
     interrupted: str | None = None
     #: Hypothesis runs examples (`conformance.check.sequential.explore`)
     exploring: bool = False
-    #: the watcher shard the next run's keys start from (`move_key_home`)
-    key_home: int | None = None
     #: why exploration ended before its budget (`Cut`)
     cut_short: str | None = None
 
@@ -174,7 +172,6 @@ class Session:
 
     def new_round(self) -> None:
         self.failing = self.shrinking = False
-        self.move_key_home()
         self.shortest = self.first = None
         self.shrink_hangs = self.round_shrink_runs = 0
 
@@ -209,18 +206,10 @@ class Session:
         if self.interrupted is not None:
             raise Interrupted(self.interrupted)
 
-    def move_key_home(self) -> None:
-        """Move the watcher shard the next run's keys start from (`strategies.run_keys`) on by a block of
-        `strategies.KEYS_PER_RUN`, and on to the first shard no run has used yet, so that a check uses every shard
-        of the system however many of its keys a run leaves unused. The first run starts at k0's shard."""
-        shards = self.hello.declarations.watcher_shards
-        if self.key_home is None:
-            self.key_home = shards.shard("k0")
-            return
-        start = self.key_home + strategies.KEYS_PER_RUN
-        unused = (shard % shards.count for shard in range(start, start + shards.count)
-                  if shard % shards.count not in self.coverage.shards_hit)
-        self.key_home = next(unused, start % shards.count)
+    def key_rotation(self) -> int:
+        """How far this run's keys move on over the watcher shards (`strategies.run_keys`): one block per example
+        explored, so a check uses every shard, and held while a failure is shrunk (its run keeps its keys)."""
+        return self.examples - self.shrinking
 
     def best_so_far(self) -> Divergence | None:
         """This round's failure as far as it was shrunk (None: none was found): the shortest run that failed with its
@@ -252,8 +241,6 @@ class Session:
             self.examples += 1
             self.steps += steps
             self.shrinking = self.failing
-            if not self.failing:  # a failing run keeps its keys while it is shrunk
-                self.move_key_home()
         if self.on_example is not None:
             self.on_example(self)
         if self.shrinking and self.round_shrink_runs >= self.shrink_budget:
@@ -516,10 +503,10 @@ class PurgatoryMachine(ConformanceMachine):
     @initialize(target=keys, data=st.data())
     def some_keys(self, data: st.DataObject):
         """A few keys, so ops share keys and repeat them, on watcher shards that move on from run to run
-        (`strategies.run_keys`, `Session.move_key_home`). (A rule minting keys would now and then be the only rule
+        (`strategies.run_keys`, `Session.key_rotation`). (A rule minting keys would now and then be the only rule
         Hypothesis's swarm testing enables, and spend whole runs doing nothing.)"""
         session = self.session
-        keys = strategies.run_keys(session.hello.declarations.watcher_shards, session.key_home)
+        keys = strategies.run_keys(session.hello.declarations.watcher_shards, session.key_rotation())
         self.run_keys = data.draw(keys, label="keys")
         return multiple(*self.run_keys)
 
