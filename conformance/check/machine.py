@@ -164,6 +164,8 @@ class Session:
     interrupted: str | None = None
     #: Hypothesis runs examples (`conformance.check.sequential.explore`)
     exploring: bool = False
+    #: the watcher shard the next run's keys start from (`move_key_home`)
+    key_home: int | None = None
     #: why exploration ended before its budget (`Cut`)
     cut_short: str | None = None
 
@@ -172,6 +174,7 @@ class Session:
 
     def new_round(self) -> None:
         self.failing = self.shrinking = False
+        self.move_key_home()
         self.shortest = self.first = None
         self.shrink_hangs = self.round_shrink_runs = 0
 
@@ -206,10 +209,18 @@ class Session:
         if self.interrupted is not None:
             raise Interrupted(self.interrupted)
 
-    def key_rotation(self) -> int:
-        """How far this run's keys move on over the watcher shards (`strategies.run_keys`): one block per example
-        explored, so a check uses every shard, and held while a failure is shrunk (its run keeps its keys)."""
-        return self.examples - self.shrinking
+    def move_key_home(self) -> None:
+        """Move the watcher shard the next run's keys start from (`strategies.run_keys`) on by a block of
+        `strategies.KEYS_PER_RUN`, and on to the first shard no run has used yet, so that a check uses every shard
+        of the system however many of its keys a run leaves unused. The first run starts at k0's shard."""
+        shards = self.hello.declarations.watcher_shards
+        if self.key_home is None:
+            self.key_home = shards.shard("k0")
+            return
+        start = self.key_home + strategies.KEYS_PER_RUN
+        unused = (shard % shards.count for shard in range(start, start + shards.count)
+                  if shard % shards.count not in self.coverage.shards_hit)
+        self.key_home = next(unused, start % shards.count)
 
     def best_so_far(self) -> Divergence | None:
         """This round's failure as far as it was shrunk (None: none was found): the shortest run that failed with its
@@ -241,6 +252,8 @@ class Session:
             self.examples += 1
             self.steps += steps
             self.shrinking = self.failing
+            if not self.failing:  # a failing run keeps its keys while it is shrunk
+                self.move_key_home()
         if self.on_example is not None:
             self.on_example(self)
         if self.shrinking and self.round_shrink_runs >= self.shrink_budget:
@@ -268,7 +281,10 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.steps: list[Step] = []
         self.outcomes: list[StepOutcome] = []
         self.ends_with_shutdown = False
+        #: the system is sent nothing more: the run failed, or reached a known failure
         self.stopped = False
+        #: this run's failure, raised when the run has drawn all its steps (`fail`)
+        self.failure: Divergence | None = None
         #: Kafka's timer beside the model's, and what it does on the step under way (None: what the model does)
         self.kafka = findings.KafkaShadow()
         self.edge: findings.Edge | None = None
@@ -293,9 +309,11 @@ class ConformanceMachine(RuleBasedStateMachine):
             self.failed_to_answer(None, None, error)
 
     def execute(self, command: v.Command) -> None:
-        """Run ``command`` on the model and the system and check the system's observation. After a failure the run
-        is over: the rest of its rules do nothing."""
+        """Run ``command`` on the model and the system and check the system's observation. After a failure the
+        system is sent nothing more, but the model still runs the rest of the run's rules, so what a run draws
+        depends on its choices and the model alone, never on where the system failed (`fail`)."""
         if self.stopped:
+            self.expect(command)
             return
         session = self.session
         session.go_on()
@@ -350,7 +368,10 @@ class ConformanceMachine(RuleBasedStateMachine):
 
     def fail(self, summary: str, signature: Signature, command: v.Command | None, expected: v.Observation | None,
              observed: v.Observation | None, error: BaseException | None) -> None:
-        """End the run at a failure: raise it for Hypothesis to shrink, unless its signature is already reported."""
+        """End the run at a failure: raised for Hypothesis to shrink once the run has drawn all its steps (`teardown`),
+        unless its signature is already reported. Were it raised here, the run would stop drawing where the system
+        failed, and a run that went on past the same choices before (its keys then on another watcher shard,
+        `strategies.run_keys`) would make Hypothesis's data generation inconsistent (FlakyStrategyDefinition)."""
         self.stopped = True
         failed = summary  # the report's error: a finding is named beside it (`ReplayReport.finding`)
         finding = findings.recognise(self.edge, command, expected, observed, error)
@@ -364,7 +385,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         stop = Divergence(self.params, self.steps, self.outcomes, summary, signature,
                           failed if error is not None else None, finding)
         self.session.failed(stop)
-        raise stop
+        self.failure = stop
 
     def draw_delay(self, data: st.DataObject) -> int | None:
         """A delay from now, inside what the system declares it promises anything for (None: nothing is)."""
@@ -381,6 +402,8 @@ class ConformanceMachine(RuleBasedStateMachine):
                 and "shutdown" not in self.session.hello.unsupported):
             self.execute(v.Shutdown())
         self.session.example_done(len(self.steps))
+        if self.failure is not None:
+            raise self.failure
 
     # --- rules of both profiles ------------------------------------------------------------------------------
 
@@ -503,10 +526,10 @@ class PurgatoryMachine(ConformanceMachine):
     @initialize(target=keys, data=st.data())
     def some_keys(self, data: st.DataObject):
         """A few keys, so ops share keys and repeat them, on watcher shards that move on from run to run
-        (`strategies.run_keys`, `Session.key_rotation`). (A rule minting keys would now and then be the only rule
+        (`strategies.run_keys`, `Session.move_key_home`). (A rule minting keys would now and then be the only rule
         Hypothesis's swarm testing enables, and spend whole runs doing nothing.)"""
         session = self.session
-        keys = strategies.run_keys(session.hello.declarations.watcher_shards, session.key_rotation())
+        keys = strategies.run_keys(session.hello.declarations.watcher_shards, session.key_home)
         self.run_keys = data.draw(keys, label="keys")
         return multiple(*self.run_keys)
 
@@ -625,12 +648,12 @@ def rerun(session: Session, params: v.Params, commands: list[v.Command]) -> Dive
     try:
         machine.begin(params, ends_with_shutdown=False)
         for command in commands:
+            if machine.stopped:
+                break
             machine.execute(command)
-    except Divergence as stop:
-        return stop
     except CommandError:
         return None
-    return None
+    return machine.failure
 
 
 def minimise(session: Session, stop: Divergence) -> Divergence:

@@ -102,15 +102,14 @@ def key_names(shards: WatcherShards) -> tuple[tuple[str, ...], ...]:
     return tuple(map(tuple, names))
 
 
-def run_keys(shards: WatcherShards, rotation: int = 0) -> st.SearchStrategy[tuple[str, ...]]:
+def run_keys(shards: WatcherShards, home: int | None = None) -> st.SearchStrategy[tuple[str, ...]]:
     """A run's `KEYS_PER_RUN` keys, so that the runs of a check spread over every watcher shard: a bug in one list (a
-    purge that skips the last) is reached. The keys sit on consecutive shards from k0's moved on by ``rotation``
-    blocks of `KEYS_PER_RUN` (rotation 0: k0, k1, k2, k3), so a check that rotates by one a run uses every shard in
-    count / KEYS_PER_RUN runs however Hypothesis draws; now and then a key is on a shard drawn anywhere (it shrinks
-    back to its place), and the last one shares the first one's shard under another name, so two keys meet in one
-    list's map and lock."""
+    purge that skips the last) is reached. The keys sit on consecutive shards from ``home`` (None: k0's, where the
+    keys are k0, k1, k2, k3), so a check that moves ``home`` on from run to run uses every shard however Hypothesis
+    draws; now and then a key is on a shard drawn anywhere (it shrinks back to its place), and the last one shares
+    the first one's shard under another name, so two keys meet in one list's map and lock."""
     names = key_names(shards)
-    home = shards.shard("k0") + rotation * KEYS_PER_RUN
+    home = shards.shard("k0") if home is None else home
 
     def keys(drawn: tuple[tuple[int, ...], bool]) -> tuple[str, ...]:
         offsets, shared = drawn

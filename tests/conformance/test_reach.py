@@ -64,8 +64,8 @@ def test_a_runs_keys_are_few_distinct_spread_over_shards_and_shrink_to_k0_k3():
     runs = drawn(strategies.run_keys(shards))
     assert all(len(set(keys)) == len(keys) <= strategies.KEYS_PER_RUN for keys in runs)
     assert len({shards.shard(key) for keys in runs for key in keys}) > 100  # now and then a key anywhere
-    rotated = {shards.shard(key) for rotation in range(512 // strategies.KEYS_PER_RUN)
-               for key in find(strategies.run_keys(shards, rotation), lambda keys: True)}
+    rotated = {shards.shard(key) for home in range(0, 512, strategies.KEYS_PER_RUN)
+               for key in find(strategies.run_keys(shards, home), lambda keys: True)}
     assert rotated == set(range(512))  # a run's keys in their places: every shard in 128 runs
     assert any(len({shards.shard(key) for key in keys}) < len(keys) for keys in runs)  # two keys in one list
     few = WatcherShards(2)
