@@ -4,7 +4,9 @@ Read in this order (each obligation is a function whose docstring states it in w
 specs/obligations.md collects the statements, ``kpurgatory prove --markdown`` regenerates it):
 
   core.py          the registry, outcomes (proved / bound / refuted / not inductive), each obligation's mutant,
-                   z3 queries and lemmas
+                   its bound (what is unbounded, what is bounded and how) and the premise it rests on (a shared
+                   invariant, decided once); z3 queries and lemmas; counterexamples made readable (the smallest
+                   model, a counterexample to induction, values near Long.MAX shown relative to it)
   javalong.py      Java's long arithmetic in the encodings z3 gets: 64-bit bit-vectors for searches, integers with
                    explicit two's-complement wrapping for proofs (proved equal to Java's definitions), unbounded
                    integers for the model
@@ -23,7 +25,9 @@ specs/obligations.md collects the statements, ``kpurgatory prove --markdown`` re
                    cancels after the timer add; a watch racing a purge, cancelForKey or another watch loses no op;
                    no tryComplete after a completion under the op lock; each with its mutant
   mutants.py       the spec mutants and `mutant_counterexamples()`, their traces by mutant key
-  cli.py           ``kpurgatory prove [--json] [--out DIR] [--only GLOB] [--jobs N] [--list] [--markdown]``
+  cli.py           ``kpurgatory prove [--json] [--out DIR] [--only GLOB] [--jobs N] [--list] [--markdown]``: premises
+                   first, one line per failed premise, each refutation's values and trace files, the run's CPU
+                   seconds over all processes; ``--list`` is the table of bounds
 
     from kpurgatory.specs import run, mutant_counterexamples
     outcomes = run(["wheel.*"])              # {name: Outcome}

@@ -2,8 +2,8 @@
 
 The encoding (`step`) is one function from a state and a command to the next state and the observation, written
 with the connectives of `logic` so that it runs on z3 terms *and* on Python values: z3 unrolls it for bounded model
-checking and checks it for inductiveness; the cross-check runs it concretely, side by side with model/, on random
-traces (tests/specs/test_crosscheck.py and the obligation purgatory.crosscheck.model).
+checking and checks it for inductiveness; `crosscheck` runs it concretely, side by side with model/, on given
+traces, and refinement.purgatory on every run of a bounded domain (specs/refinement.py).
 
 Bounds and abstractions, stated once:
   * ``OPS`` operations (a, b, c) and ``KEYS`` keys (k0, k1). Commands: watch (keys with multiplicity 0..2 each,
@@ -21,13 +21,18 @@ Bounds and abstractions, stated once:
     the timer by cancellation while live), ``watched_on`` (the op was appended to k's list and k not cancelled since),
     incremental counters ``nd_ctr``/``w_ctr`` kept the way Kafka keeps its task counter, and ``uncounted`` (the op
     was listed, live and out of the timer at the last purge, so the purge estimate no longer counts it).
+  * The invariant is a dict of named clauses (``CLAUSES``, ``STEP_CLAUSES``, ``AUXILIARY``); each has teeth of its
+    own (purgatory.teeth.*: a bug that clause alone catches, or for an auxiliary fact, that without it the invariant
+    is not inductive), so deleting any clause makes `kpurgatory prove` fail.
+  * One obligation owns that invariant: purgatory.invariant decides it once (induction; if it fails, one
+    counterexample to induction and a shallow BMC for a run violating a clause). The property obligations rest on
+    it (``rests_on``): `prove` runs it first and, when it is not proved, reports them in one line pointing to it.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import random
 import signal
 import threading
 import time
@@ -40,7 +45,7 @@ import z3
 from kpurgatory.conformance.traces.codec import Header, Trace, model_trace
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
-from kpurgatory.specs import core
+from kpurgatory.specs import core, teeth
 from kpurgatory.specs.core import BOUND, NOT_INDUCTIVE, PROVED, REFUTED, Outcome, obligation, solver, undecided
 
 OPS, KEYS = 3, 2
@@ -118,6 +123,19 @@ MUTANTS = {
     "purge_keeps_completed": "the purge resets the estimate but removes no entry",
     "cancel_keeps_counter": "cancel removes the timer entry without decrementing the task counter",
     "expire_without_complete": "the reaper takes a due op out of the timer without completing it",
+    "force_without_route": "forceComplete completes the op without recording its route (a Complete event without via)",
+    "try_ignores_condition": "tryComplete completes the op whether or not its condition holds",
+    "force_keeps_timer": "forceComplete completes the op but leaves its timer entry",
+    "purge_keeps_entry_counter": "the purge removes entries without decrementing the watch-entry counter",
+    "purge_zeroes_estimate": "the purge resets the estimate to 0 instead of numDelayed",
+    "watch_skips_timer": "tryCompleteElseWatch never adds the op to the timer",
+    "check_ignores_ready": "checkAndComplete tries an op as if set_ready had not been called",
+    "check_keeps_won_entries": "checkAndComplete keeps every entry of the op it completes",
+    "watches_completed": "a watch of an op already completed appends it to every key (the rule before Kafka 4.0.0, "
+                         "model rule KAFKA-18027)",
+    "expiry_reschedules": "the reaper re-adds a due op at now + delay instead of completing it",
+    "check_wins_one": "checkAndComplete stops after the first op it completes",
+    "check_rearms_timer": "checkAndComplete re-arms the timer (deadline now + delay) of an op it tried and left",
 }
 
 
@@ -305,7 +323,7 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
         tries1 = s[("tc", o)] + 1
         win1 = And(sel, condition(n, o, tries1), Not(done_before))
         phase = And(sel, Not(win1))
-        append = And(phase, Not(done_before))
+        append = phase if "watches_completed" in mutants else And(phase, Not(done_before))
         for k in range(SHAPE.keys):
             n[("cnt", k, o)] = s[("cnt", k, o)] + If(append, c.mult[k], 0)
             n[("watched_on", k, o)] = Or(s[("watched_on", k, o)], And(append, c.mult[k] > 0))
@@ -324,7 +342,7 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
         n[("tc", o)] = If(sel, tries, s[("tc", o)])
         won = Or(win1, win2)
         complete(n, o, won, VIA_TRY)
-        add = And(phase, Not(win2), Not(done_before))
+        add = And(phase, Not(win2), Not(done_before), "watch_skips_timer" not in mutants)
         n[("nd_ctr",)] = n[("nd_ctr",)] + I(And(add, Not(s[("in_timer", o)])))
         n[("in_timer", o)] = Or(n[("in_timer", o)], add)
         n[("entry_new", o)] = Or(s[("entry_new", o)], add)
@@ -348,14 +366,15 @@ def t_check(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     """checkAndComplete(key): walk the key's entries; an op already completed loses them all; an op not completed
     is tried once per entry until one try completes it (that entry and the later ones go, the earlier ones stay)."""
     n = dict(s)
-    result, via = 0, []
+    result, via, won_before = 0, [], False
     for o in range(SHAPE.ops):
         m = visited(s, c, o)
         done_before = s[("completed", o)]
         tc, ro = s[("tc", o)], s[("ro", o)]
-        first_ready = If(s[("ready", o)], 1, If(Not(Eq(ro, 0)), Max(1, ro - tc), m + 1))
+        ready = And(s[("ready", o)], "check_ignores_ready" not in mutants)
+        first_ready = If(ready, 1, If(Not(Eq(ro, 0)), Max(1, ro - tc), m + 1))
         active = And(m > 0, Not(done_before))
-        wins = And(active, first_ready <= m)
+        wins = And(active, first_ready <= m, Not(And(won_before, "check_wins_one" in mutants)))
         n[("tc", o)] = tc + If(active, If(wins, first_ready, m), 0)
         n[("tried", o)] = Or(s[("tried", o)], active)
         left = If(And(m > 0, done_before), 0, If(wins, first_ready - 1, m))
@@ -363,11 +382,17 @@ def t_check(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
             left = If(wins, first_ready - 1, 0)
         if "check_keeps_completed" in mutants:
             left = If(done_before, m, left)
+        if "check_keeps_won_entries" in mutants:
+            left = If(wins, m, left)
+        if "check_rearms_timer" in mutants:
+            rearm = And(active, Not(wins), s[("in_timer", o)])
+            n[("exp", o)] = If(rearm, s[("now",)] + s[("delay", o)], s[("exp", o)])
         for k in range(SHAPE.keys):
             n[("cnt", k, o)] = If(Eq(c.key, k), s[("cnt", k, o)] - (m - left), s[("cnt", k, o)])
         n[("w_ctr",)] = n[("w_ctr",)] - (m - left)
         complete(n, o, wins, VIA_CHECK)
         result = result + I(wins)
+        won_before = Or(won_before, wins)
         via.append(If(wins, VIA_CHECK, NONE))
     if "keeps_emptied_list" not in mutants:
         for k in range(SHAPE.keys):  # an emptied list leaves the map
@@ -400,7 +425,10 @@ def t_force(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     result, via = False, []
     for o in range(SHAPE.ops):
         win = Eq(c.op, o) if "force_without_cas" in mutants else And(Eq(c.op, o), Not(s[("completed", o)]))
-        complete(n, o, win, VIA_FORCE)
+        timed = n[("in_timer", o)]
+        complete(n, o, win, NONE if "force_without_route" in mutants else VIA_FORCE)
+        if "force_keeps_timer" in mutants:  # undo complete()'s cancellation of the timer entry
+            n[("in_timer", o)], n[("nd_ctr",)] = timed, n[("nd_ctr",)] + I(And(win, timed))
         result = Or(result, win)
         via.append(If(win, VIA_FORCE, NONE))
     return n, Obs(I(result), tuple(via), (False,) * SHAPE.ops, False, 0, (0,) * SHAPE.ops)
@@ -414,7 +442,8 @@ def t_try(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
         tries = s[("tc", o)] + 1
         n[("tc", o)] = If(sel, tries, s[("tc", o)])
         n[("tried", o)] = Or(s[("tried", o)], sel)
-        win = And(sel, condition(s, o, tries), Not(s[("completed", o)]))
+        condition_holds = True if "try_ignores_condition" in mutants else condition(s, o, tries)
+        win = And(sel, condition_holds, Not(s[("completed", o)]))
         complete(n, o, win, VIA_TRY)
         result = Or(result, win)
         via.append(If(win, VIA_TRY, NONE))
@@ -451,6 +480,9 @@ def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
             n[("in_timer", o)] = And(n[("in_timer", o)], Not(fire))
             n[("nd_ctr",)] = n[("nd_ctr",)] - I(fire)
             fire = False
+        if "expiry_reschedules" in mutants:
+            n[("exp", o)] = If(fire, c.to + s[("delay", o)], s[("exp", o)])
+            fire = False
         complete(n, o, fire, VIA_EXPIRE)
         via.append(If(fire, VIA_EXPIRE, NONE))
         expired.append(fire)
@@ -458,7 +490,7 @@ def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     delayed = Sum(I(n[("in_timer", o)]) for o in range(SHAPE.ops))
     tested = Sum(I(s[("in_timer", o)]) for o in range(SHAPE.ops)) if "purge_before_expiries" in mutants else delayed
     fires = c.purge if OTHERS_ABSTRACTED in mutants else purge_due(n[("est",)], tested, s[("P",)], mutants)
-    n[("est",)] = If(fires, delayed, n[("est",)])
+    n[("est",)] = If(fires, 0 if "purge_zeroes_estimate" in mutants else delayed, n[("est",)])
     n[("at_purge",)] = If(fires, delayed, s[("at_purge",)])
     purged = 0
     for o in range(SHAPE.ops):
@@ -471,7 +503,7 @@ def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
             purged = purged + gone
         n[("uncounted", o)] = If(fires, And(listed(n, o), Not(n[("completed", o)]), Not(n[("in_timer", o)])),
                                  s[("uncounted", o)])
-    n[("w_ctr",)] = n[("w_ctr",)] - purged
+    n[("w_ctr",)] = n[("w_ctr",)] - (0 if "purge_keeps_entry_counter" in mutants else purged)
     for k in range(SHAPE.keys):  # an emptied list leaves the map
         n[("present", k)] = And(n[("present", k)], Or(Not(fires), entries_on(n, k) > 0))
     return n, Obs(0, tuple(via), tuple(expired), fires, purged, (0,) * SHAPE.ops)
@@ -519,8 +551,8 @@ def cmd_domain(s: dict, c: Cmd, kinds: Iterable[int], max_delay: int | None = No
              *[And(p >= 0, p <= s[("cnt", SHAPE.keys - 1, o)]) for o, p in enumerate(c.part)],
              c.ready_on >= 0, c.ready_on <= MAX_READY_ON, c.to >= s[("now",)],
              Implies(Or(*[c.kind == kind for kind in (SET_READY, FORCE, TRY, CANCEL)]), created)]
-    if max_delay is not None:
-        parts += [c.delay <= max_delay, c.to <= s[("now",)] + max_delay + 1]
+    if max_delay is not None:  # a search for a short, readable run
+        parts += [c.delay <= max_delay, c.to <= s[("now",)] + max_delay + 1, *[m <= MAX_MULT for m in c.mult]]
     return And(*parts)
 
 
@@ -546,67 +578,126 @@ def entries(s: dict):
     return Sum(s[("cnt", k, o)] for k in range(SHAPE.keys) for o in range(SHAPE.ops))
 
 
-PROPERTY_NAMES = ("exactly_once", "justified", "no_lost_wakeup", "counters", "no_forgotten_op",
-                  "tried_after_listing", "cleanup_map")
-STEP_PROPERTY_NAMES = ("no_lost_wakeup", "cleanup_check", "cleanup_purge", "liveness")
+def each_op(clause):
+    """A clause stated per op, for every op."""
+    return lambda s: And(*[clause(s, o) for o in range(SHAPE.ops)])
+
+
+def each_op_and_key(clause):
+    """A clause stated per op and tracked key, for all of them."""
+    return lambda s: And(*[clause(s, o, k) for o in range(SHAPE.ops) for k in tracked_keys()])
+
+
+def each_op_step(clause):
+    """A step clause stated per op, for every op."""
+    return lambda s, c, n, obs: And(*[clause(s, c, n, obs, o) for o in range(SHAPE.ops)])
+
+
+def each_op_and_key_step(clause, keys=tracked_keys):
+    """A step clause stated per op and key (the tracked ones unless ``keys`` says otherwise), for all of them."""
+    return lambda s, c, n, obs: And(*[clause(s, c, n, obs, o, k) for o in range(SHAPE.ops) for k in keys()])
+
+
+def via_try_or_check(s, o):
+    return Or(Eq(s[("via", o)], VIA_TRY), Eq(s[("via", o)], VIA_CHECK))
+
+
+def live(s, o):
+    """Watched, not completed, its timer entry not cancelled."""
+    return And(s[("created", o)], Not(s[("completed", o)]), Not(s[("dropped", o)]))
+
+
+#: The state properties as named clauses, "<property>.<clause>"; a property is the conjunction of its clauses. Each
+#: clause has a bug of the transition that it alone catches (PROPERTY_TEETH, obligations purgatory.teeth.*), so
+#: deleting one makes `prove` fail.
+CLAUSES = {
+    "exactly_once.once": each_op(lambda s, o: Eq(s[("completions", o)], I(s[("completed", o)]))),
+    "exactly_once.route": each_op(lambda s, o: Eq(Not(Eq(s[("via", o)], NONE)), s[("completed", o)])),
+    "justified.condition": each_op(lambda s, o: Implies(via_try_or_check(s, o), condition(s, o, s[("tc", o)]))),
+    "justified.deadline": each_op(lambda s, o: Implies(Eq(s[("via", o)], VIA_EXPIRE),
+                                                       tick_start(s[("exp", o)]) <= s[("now",)])),
+    "no_lost_wakeup.listed": each_op_and_key(lambda s, o, k: Implies(
+        And(s[("watched_on", k, o)], Not(s[("completed", o)])), s[("cnt", k, o)] >= 1)),
+    "counters.completed_not_timed": each_op(lambda s, o: Implies(s[("completed", o)], Not(s[("in_timer", o)]))),
+    "counters.task_counter": lambda s: Eq(s[("nd_ctr",)], delayed(s)),
+    "counters.entry_counter": lambda s: Eq(s[("w_ctr",)], entries(s)),
+    "counters.estimate": lambda s: s[("est",)] >= delayed(s),
+    "no_forgotten_op.scheduled": each_op(lambda s, o: Implies(
+        live(s, o), And(s[("in_timer", o)], tick_start(s[("exp", o)]) > s[("now",)]))),
+    "tried_after_listing.tried": each_op(lambda s, o: Implies(And(listed(s, o), Not(s[("completed", o)])),
+                                                              s[("tried", o)])),
+    "cleanup_map.present": lambda s: And(*[Eq(s[("present", k)], entries_on(s, k) > 0) for k in tracked_keys()]),
+}
+
+
+def checked_ready_watched(s, c, o, k):
+    return And(c.kind == CHECK, Eq(c.key, k), s[("ready", o)], s[("watched_on", k, o)], Not(s[("completed", o)]))
+
+
+def checked(c, k):
+    return And(c.kind == CHECK, Eq(c.key, k))
+
+
+#: The properties of one transition s --c--> n as named clauses, like CLAUSES.
+STEP_CLAUSES = {
+    "no_lost_wakeup.check_completes": each_op_and_key_step(
+        lambda s, c, n, obs, o, k: Implies(checked_ready_watched(s, c, o, k), n[("completed", o)])),
+    "cleanup_check.completed_gone": each_op_and_key_step(
+        lambda s, c, n, obs, o, k: Implies(And(checked(c, k), s[("completed", o)]), Eq(n[("cnt", k, o)], 0))),
+    "cleanup_check.completion_removes": each_op_and_key_step(
+        lambda s, c, n, obs, o, k: Implies(And(checked(c, k), n[("completed", o)], Not(s[("completed", o)])),
+                                           n[("cnt", k, o)] < s[("cnt", k, o)])),
+    "cleanup_purge.completed_gone": each_op_and_key_step(
+        lambda s, c, n, obs, o, k: Implies(And(c.kind == ADVANCE, obs.purged, n[("completed", o)]),
+                                           Eq(n[("cnt", k, o)], 0)), keys=lambda: range(SHAPE.keys)),
+    "liveness.expired": each_op_step(
+        lambda s, c, n, obs, o: Implies(And(c.kind == ADVANCE, s[("created", o)], Not(n[("dropped", o)]),
+                                            s[("exp", o)] <= c.to), n[("completed", o)])),
+    "never_watched_again.no_new_entry": each_op_and_key_step(
+        lambda s, c, n, obs, o, k: Implies(s[("completed", o)], n[("cnt", k, o)] <= s[("cnt", k, o)]),
+        keys=lambda: range(SHAPE.keys)),
+}
+
+
+def grouped(clauses: dict, *args) -> dict[str, object]:
+    """The clauses evaluated on ``args``, conjoined by property (the part of the name before the dot)."""
+    parts: dict[str, list] = {}
+    for name, clause in clauses.items():
+        parts.setdefault(name.split(".")[0], []).append(clause(*args))
+    return {prop: And(*xs) for prop, xs in parts.items()}
+
+
+def property_names(clauses: dict) -> set[str]:
+    return {name.split(".")[0] for name in clauses}
 
 
 def properties(s: dict) -> dict[str, object]:
     """The state properties, by the name of the obligation that states them."""
-    per_op = {name: [] for name in PROPERTY_NAMES}
-    for o in range(SHAPE.ops):
-        completed, via = s[("completed", o)], s[("via", o)]
-        per_op["exactly_once"].append(And(Eq(s[("completions", o)], I(completed)), Eq(Not(Eq(via, NONE)), completed)))
-        per_op["justified"].append(And(
-            Implies(Or(Eq(via, VIA_TRY), Eq(via, VIA_CHECK)), condition(s, o, s[("tc", o)])),
-            Implies(Eq(via, VIA_EXPIRE), tick_start(s[("exp", o)]) <= s[("now",)])))
-        for k in tracked_keys():
-            per_op["no_lost_wakeup"].append(Implies(And(s[("watched_on", k, o)], Not(completed)),
-                                                    s[("cnt", k, o)] >= 1))
-        per_op["counters"].append(Implies(completed, Not(s[("in_timer", o)])))
-        per_op["no_forgotten_op"].append(Implies(And(s[("created", o)], Not(completed), Not(s[("dropped", o)])),
-                                                 And(s[("in_timer", o)], tick_start(s[("exp", o)]) > s[("now",)])))
-        per_op["tried_after_listing"].append(Implies(And(listed(s, o), Not(completed)), s[("tried", o)]))
-    per_op["cleanup_map"] += [Eq(s[("present", k)], entries_on(s, k) > 0) for k in tracked_keys()]
-    per_op["counters"] += [Eq(s[("nd_ctr",)], delayed(s)), Eq(s[("w_ctr",)], entries(s)), s[("est",)] >= delayed(s)]
-    return {name: And(*parts) for name, parts in per_op.items()}
+    return grouped(CLAUSES, s)
 
 
 def step_properties(s: dict, c: Cmd, n: dict, obs: Obs) -> dict[str, object]:
-    """Properties of one transition (s --c--> n)."""
-    wake, check, purge, live = [], [], [], []
-    for o in range(SHAPE.ops):
-        for k in range(SHAPE.keys):
-            purge.append(Implies(And(c.kind == ADVANCE, obs.purged, n[("completed", o)]), Eq(n[("cnt", k, o)], 0)))
-        for k in tracked_keys():
-            checked = And(c.kind == CHECK, Eq(c.key, k))
-            wake.append(Implies(And(checked, s[("ready", o)], s[("watched_on", k, o)], Not(s[("completed", o)])),
-                                n[("completed", o)]))
-            check.append(And(Implies(And(checked, s[("completed", o)]), Eq(n[("cnt", k, o)], 0)),
-                             Implies(And(checked, n[("completed", o)], Not(s[("completed", o)])),
-                                     n[("cnt", k, o)] < s[("cnt", k, o)])))
-        live.append(Implies(And(c.kind == ADVANCE, s[("created", o)], Not(n[("dropped", o)]), s[("exp", o)] <= c.to),
-                            n[("completed", o)]))
-    return {"no_lost_wakeup": And(*wake), "cleanup_check": And(*check), "cleanup_purge": And(*purge),
-            "liveness": And(*live)}
+    """Properties of one transition (s --c--> n), by the name of the obligation that states them."""
+    return grouped(STEP_CLAUSES, s, c, n, obs)
+
+
+#: Facts that make the properties inductive, as named clauses: ranges, and what a never-watched op looks like. Each
+#: is needed: without it the invariant is not inductive (obligations purgatory.teeth.auxiliary.*).
+AUXILIARY = {
+    "delay_min": each_op(lambda s, o: Implies(s[("created", o)], s[("delay", o)] >= SHAPE.tick)),
+    "timer_future": each_op(lambda s, o: Implies(s[("in_timer", o)], And(s[("created", o)],
+                                                                         tick_start(s[("exp", o)]) > s[("now",)]))),
+    "unwatched_blank": each_op(lambda s, o: Implies(Not(s[("created", o)]), And(
+        Not(s[("completed", o)]), Not(s[("ready", o)]), Eq(s[("tc", o)], 0), Not(s[("dropped", o)]),
+        Not(s[("uncounted", o)])))),
+    "entries_nonneg": each_op(lambda s, o: And(*[s[("cnt", k, o)] >= 0 for k in range(SHAPE.keys)])),
+    "unwatched_unlisted": each_op(lambda s, o: Implies(Not(s[("created", o)]), And(
+        *[And(Eq(s[("cnt", k, o)], 0), Not(s[("watched_on", k, o)])) for k in range(SHAPE.keys)]))),
+}
 
 
 def auxiliary(s: dict) -> object:
-    """Facts that make the properties inductive: ranges, and what a never-watched op looks like."""
-    parts = [s[("now",)] >= 0, s[("est",)] >= 0, s[("P",)] >= 0]
-    for o in range(SHAPE.ops):
-        created = s[("created", o)]
-        parts += [s[("tc", o)] >= 0, s[("ro", o)] >= 0, s[("ro", o)] <= MAX_READY_ON,
-                  s[("via", o)] >= NONE, s[("via", o)] <= VIA_FORCE,
-                  Implies(created, s[("delay", o)] >= SHAPE.tick),
-                  Implies(s[("in_timer", o)], And(created, tick_start(s[("exp", o)]) > s[("now",)])),
-                  Implies(Not(created), And(Not(s[("completed", o)]), Not(s[("ready", o)]), Eq(s[("tc", o)], 0),
-                                            Not(s[("dropped", o)]), Not(s[("uncounted", o)])))]
-        for k in range(SHAPE.keys):
-            parts += [s[("cnt", k, o)] >= 0, Implies(Not(created), And(Eq(s[("cnt", k, o)], 0),
-                                                                        Not(s[("watched_on", k, o)])))]
-    return And(*parts)
-
+    return And(*[clause(s) for clause in AUXILIARY.values()])
 
 def invariant(s: dict) -> object:
     return And(auxiliary(s), *properties(s).values())
@@ -915,53 +1006,6 @@ def _concretise_obs(obs: Obs) -> Obs:
                _concrete(obs.purged), _concrete(obs.purge_count), tuple(_concrete(x) for x in obs.removed))
 
 
-def random_commands(rng: random.Random, length: int, *, kinds=ALL_KINDS) -> list[v.Command]:
-    """A random well-formed command sequence over the bounded ops and keys (with watched/delayed queries)."""
-    out: list[v.Command] = []
-    created: list[str] = []
-    now = 0
-    for _ in range(length):
-        choice = rng.random()
-        if choice < 0.3 or not created:
-            op = rng.choice(SHAPE.op_names)
-            keys = rng.choice([["k0"], ["k1"], ["k0", "k1"], ["k1", "k0"], ["k0", "k0"], ["k1", "k0", "k1"]])
-            if op in created:
-                out.append(v.Watch(op, keys))
-            else:
-                out.append(v.Watch(op, keys, rng.randint(1, 6), rng.choice([None, None, 1, 2, 3])))
-                created.append(op)
-            continue
-        kind = rng.choice(["set_ready", "check", "check", "cancel_key", "force", "try", "cancel", "advance",
-                           "advance", "watched", "delayed"])
-        if kind in ("cancel_key", "cancel") and CANCEL not in kinds:
-            kind = "check"
-        op = rng.choice(created)
-        if kind == "set_ready":
-            out.append(v.SetReady(op))
-        elif kind == "check":
-            out.append(v.Check(rng.choice(SHAPE.key_names)))
-        elif kind == "cancel_key":
-            out.append(v.CancelKey(rng.choice(SHAPE.key_names)))
-        elif kind == "force":
-            out.append(v.Force(op))
-        elif kind == "try":
-            out.append(v.Try(op))
-        elif kind == "cancel":
-            out.append(v.Cancel(op))
-        elif kind == "advance":
-            now += rng.choice([0, 1, 1, 2, 3, 5])
-            out.append(v.Advance(now))
-        elif kind == "watched":
-            out.append(v.Watched())
-        else:
-            out.append(v.Delayed())
-    return out
-
-
-def random_params(rng: random.Random) -> v.Params:
-    return v.Params(tick_ms=1, wheel_size=rng.choice([2, 3, 20]), start_ms=0, purge_interval=rng.randint(0, 2))
-
-
 def purgatory_trace(trace_id: str, run: Run, description: str) -> Trace:
     params = v.Params(tick_ms=1, wheel_size=20, start_ms=0, purge_interval=run.purge_interval)
     commands = to_vocabulary(run.commands) + [v.Watched(), v.Delayed()]
@@ -979,8 +1023,14 @@ def describe_run(run: Run) -> str:
 # ---------------------------------------------------------------------------------------------------------------
 
 BMC_DEPTH = 10
+#: the obligation that owns the shared invariant; every property obligation read from it rests on it
+INVARIANT = "purgatory.invariant"
+#: how deep the first violation of any clause is searched for (by purgatory.invariant and each clause's teeth): a
+#: search that finds nothing is exhaustive to its depth, about 12 s of CPU at 3 and 240 s at 10
+TEETH_DEPTH = 3
 DOMAIN = (f"{OPS} ops, {KEYS} keys, all 8 commands, any purge interval, tick 1, any delays; inductive invariant "
-          f"(unbounded depth); if it fails, BMC to {BMC_DEPTH} commands (delays <= 4, purge interval 0..2) for a run")
+          f"(unbounded depth); if it fails, BMC to {TEETH_DEPTH} commands (delays <= 4, purge interval 0..2) for a "
+          f"run (to {BMC_DEPTH} on the mutant)")
 
 
 def invariant_is_inductive(mutants: frozenset = frozenset()) -> tuple[str, str, float]:
@@ -998,32 +1048,42 @@ def _invariant_is_inductive(mutants: frozenset, ops: int, keys: int, tick: int, 
 
 
 def bmc_and_induction(name: str, mutant: str | None = None) -> Outcome:
-    """Induction on the shared invariant (initiation and consecution, with every state and step property as a
-    goal): proved, for every depth. Only if that fails, BMC from the initial state for a violation of the state or
-    step property ``name``: a violation is a run (refuted, with its trace), none within ``BMC_DEPTH`` commands
-    leaves the invariant not inductive. On the spec with ``mutant`` applied if given."""
-    mutants = frozenset({mutant}) if mutant else frozenset()
+    """Property ``name`` of the shared invariant. On the spec itself it is read from the invariant, which
+    purgatory.invariant decides once for every property (when the runner has not decided it, it is decided here).
+    On the spec with ``mutant`` applied: induction, and if that fails, BMC to ``BMC_DEPTH`` commands for a
+    violation of this property (refuted, with the run)."""
+    if mutant is None:
+        held = core.premise(INVARIANT) or the_invariant()
+        if held.status == PROVED:
+            return Outcome(PROVED, f"rests on {INVARIANT}", f"read from {INVARIANT}, which is proved")
+        return core.rests_on_failed(core.REGISTRY[obligation_of(name)], held)
+    mutants = frozenset({mutant})
     ind, part, ind_time = invariant_is_inductive(mutants)
     if ind == PROVED:
         return Outcome(PROVED, "induction", f"the invariant is inductive and implies it ({ind_time:.1f}s)")
-    state_bad = (lambda s: Not(properties(s)[name])) if name in PROPERTY_NAMES else None
-    step_bad = (lambda s, c, n, o: Not(step_properties(s, c, n, o)[name])) if name in STEP_PROPERTY_NAMES else None
+    state_bad = (lambda s: Not(properties(s)[name])) if name in property_names(CLAUSES) else None
+    step_bad = ((lambda s, c, n, o: Not(step_properties(s, c, n, o)[name])) if name in property_names(STEP_CLAUSES)
+                else None)
     status, run, depth = bmc(state_bad, BMC_DEPTH, mutants=mutants, step_bad=step_bad)
     if status == REFUTED:
-        trace = purgatory_trace(f"specs.purgatory.{name}", run, f"violates {name}")
         return Outcome(REFUTED, f"induction fails ({part}); BMC", f"violated after {depth} commands: "
-                       f"{describe_run(run)}", traces={} if mutant else {"counterexample": trace})
+                       f"{describe_run(run)}")
     if status != BOUND:
         return Outcome(status, f"BMC d={BMC_DEPTH}", f"BMC gave up at depth {depth}")
     return Outcome(ind, f"induction + BMC d={BMC_DEPTH}", f"the invariant is {ind} ({part}); no violation of this "
                    f"property within {BMC_DEPTH} commands")
 
 
+def obligation_of(clause: str) -> str:
+    """The obligation that states a clause's property: cleanup_check.completed_gone -> purgatory.cleanup.check."""
+    return "purgatory." + clause.split(".")[0].replace("cleanup_", "cleanup.")
+
+
 def mutant_of(name: str, mutated: bool, mutant: str) -> Outcome:
     return bmc_and_induction(name, mutant if mutated else None)
 
 
-@obligation("purgatory.exactly_once", domain=DOMAIN, mutant=MUTANTS["force_without_cas"])
+@obligation("purgatory.exactly_once", domain=DOMAIN, rests_on=INVARIANT, mutant=MUTANTS["force_without_cas"])
 def exactly_once(mutated: bool = False) -> Outcome:
     """Every operation completes at most once, whichever route gets there first: onComplete runs exactly as often
     as the op is completed (0 or 1 times), and an op has a completion route exactly when it is completed. The single
@@ -1032,7 +1092,7 @@ def exactly_once(mutated: bool = False) -> Outcome:
     return mutant_of("exactly_once", mutated, "force_without_cas")
 
 
-@obligation("purgatory.justified", domain=DOMAIN, cost=10, mutant=MUTANTS["expire_early"])
+@obligation("purgatory.justified", domain=DOMAIN, rests_on=INVARIANT, cost=10, mutant=MUTANTS["expire_early"])
 def justified(mutated: bool = False) -> Outcome:
     """An operation completes only when it is ready or expired (or forced by other code): one completed through a
     tryComplete (by watch, try or check) has its condition true — set_ready was seen or its ready_on-th try has
@@ -1041,7 +1101,8 @@ def justified(mutated: bool = False) -> Outcome:
     return mutant_of("justified", mutated, "expire_early")
 
 
-@obligation("purgatory.no_lost_wakeup", domain=DOMAIN, cost=20, mutant=MUTANTS["check_drops_live"])
+@obligation("purgatory.no_lost_wakeup", domain=DOMAIN, rests_on=INVARIANT, cost=20,
+            mutant=MUTANTS["check_drops_live"])
 def no_lost_wakeup(mutated: bool = False) -> Outcome:
     """No lost wakeup: an operation appended to key k's list stays on it until it completes or k is cancelled, so
     a check of k after the op's condition became true completes it. Stated as the state invariant "watched on k and
@@ -1051,7 +1112,8 @@ def no_lost_wakeup(mutated: bool = False) -> Outcome:
     return mutant_of("no_lost_wakeup", mutated, "check_drops_live")
 
 
-@obligation("purgatory.tried_after_listing", domain=DOMAIN, cost=4, mutant=MUTANTS["no_second_try"])
+@obligation("purgatory.tried_after_listing", domain=DOMAIN, rests_on=INVARIANT, cost=4,
+            mutant=MUTANTS["no_second_try"])
 def tried_after_listing(mutated: bool = False) -> Outcome:
     """Sequential half of the lost-wakeup argument: an operation that is on some watch list and not completed has
     had a tryComplete since it was last appended to its lists. tryCompleteElseWatch guarantees it with its second
@@ -1062,7 +1124,8 @@ def tried_after_listing(mutated: bool = False) -> Outcome:
     return mutant_of("tried_after_listing", mutated, "no_second_try")
 
 
-@obligation("purgatory.counters", domain=DOMAIN, cost=4, mutant=MUTANTS["cancel_keeps_counter"])
+@obligation("purgatory.counters", domain=DOMAIN, rests_on=INVARIANT, cost=4,
+            mutant=MUTANTS["cancel_keeps_counter"])
 def counters(mutated: bool = False) -> Outcome:
     """The counters are consistent: the task counter, kept incrementally the way Kafka's TimerTaskList keeps it
     (+1 on add, -1 on remove or expiry), equals the number of ops in the timer (numDelayed); the watch-entry counter
@@ -1071,7 +1134,8 @@ def counters(mutated: bool = False) -> Outcome:
     return mutant_of("counters", mutated, "cancel_keeps_counter")
 
 
-@obligation("purgatory.no_forgotten_op", domain=DOMAIN, mutant=MUTANTS["expire_without_complete"])
+@obligation("purgatory.no_forgotten_op", domain=DOMAIN, rests_on=INVARIANT,
+            mutant=MUTANTS["expire_without_complete"])
 def no_forgotten_op(mutated: bool = False) -> Outcome:
     """Every live operation is still scheduled: an op that was watched, is not completed and whose timer entry was
     not cancelled (by cancel or cancelForKey) is in the timer with a deadline after the clock, so it completes by
@@ -1079,7 +1143,7 @@ def no_forgotten_op(mutated: bool = False) -> Outcome:
     return mutant_of("no_forgotten_op", mutated, "expire_without_complete")
 
 
-@obligation("purgatory.liveness", domain=DOMAIN, mutant=MUTANTS["expire_late"])
+@obligation("purgatory.liveness", domain=DOMAIN, rests_on=INVARIANT, mutant=MUTANTS["expire_late"])
 def liveness(mutated: bool = False) -> Outcome:
     """Every operation that is not cancelled completes once the clock passes its deadline: after an advance to a
     time at or after the deadline of an op that was watched and whose timer entry was not cancelled, the op is
@@ -1088,7 +1152,8 @@ def liveness(mutated: bool = False) -> Outcome:
     return mutant_of("liveness", mutated, "expire_late")
 
 
-@obligation("purgatory.cleanup.check", domain=DOMAIN, mutant=MUTANTS["check_keeps_completed"])
+@obligation("purgatory.cleanup.check", domain=DOMAIN, rests_on=INVARIANT,
+            mutant=MUTANTS["check_keeps_completed"])
 def cleanup_check(mutated: bool = False) -> Outcome:
     """Watcher cleanup by a check: after checkAndComplete(k) no operation that was already completed before the
     check has an entry left in k's list, and an operation the check completes has fewer entries there than before
@@ -1097,7 +1162,8 @@ def cleanup_check(mutated: bool = False) -> Outcome:
     return mutant_of("cleanup_check", mutated, "check_keeps_completed")
 
 
-@obligation("purgatory.cleanup.purge", domain=DOMAIN, mutant=MUTANTS["purge_keeps_completed"])
+@obligation("purgatory.cleanup.purge", domain=DOMAIN, rests_on=INVARIANT,
+            mutant=MUTANTS["purge_keeps_completed"])
 def cleanup_purge(mutated: bool = False) -> Outcome:
     """Watcher cleanup by the purge: right after an advance whose purge check fired, no completed operation has an
     entry in any watch list, whichever keys it was watched on and however many times, so the memory held by stale
@@ -1105,7 +1171,8 @@ def cleanup_purge(mutated: bool = False) -> Outcome:
     return mutant_of("cleanup_purge", mutated, "purge_keeps_completed")
 
 
-@obligation("purgatory.cleanup.map", domain=DOMAIN, mutant=MUTANTS["keeps_emptied_list"])
+@obligation("purgatory.cleanup.map", domain=DOMAIN, rests_on=INVARIANT,
+            mutant=MUTANTS["keeps_emptied_list"])
 def cleanup_map(mutated: bool = False) -> Outcome:
     """An emptied watch list leaves the map (the leak of KAFKA-2160, where emptied lists of ever-new keys piled up):
     in every state a key has a list in the watchers map exactly when that list has an entry. A check or a purge
@@ -1113,11 +1180,62 @@ def cleanup_map(mutated: bool = False) -> Outcome:
     return mutant_of("cleanup_map", mutated, "keeps_emptied_list")
 
 
+@obligation("purgatory.never_watched_again", domain=DOMAIN + "; the rules of Kafka >= 4.0.0", rests_on=INVARIANT,
+            mutant=MUTANTS["watches_completed"])
+def never_watched_again(mutated: bool = False) -> Outcome:
+    """A completed operation is never watched again: no step adds an entry for a completed op to any key's list
+    (a tryCompleteElseWatch of an op that is already completed, or completed by its own first try, lists it
+    nowhere; it still counts toward the estimate). This is the rule from Kafka 4.0.0 on (model/releases.py, rule
+    KAFKA-18027), which the model follows by default. The releases from 2.7.0 up to 4.0.0 appended a completed
+    op to every key, stale at once, and only a later check or purge removed it: that rule is this obligation's
+    mutant, refuted by a watch of an op that completed before (the model at such a release lists it again too)."""
+    return mutant_of("never_watched_again", mutated, "watches_completed")
+
+
+def rank(s: dict, o: int):
+    """How long a live op may still wait: from the clock to the start of its deadline's tick (0 when not live)."""
+    return If(live(s, o), tick_start(s[("exp", o)]) - s[("now",)], 0)
+
+
+def fair_progress(s: dict, c: Cmd, n: dict, obs: Obs) -> object:
+    """The ranking argument, per op: a live op's rank is at least 1; no step but a watch of that op raises it; every
+    advance that moves the clock lowers it or ends the op's life; completion is for ever; an advance to the last
+    live deadline or later leaves no op live."""
+    parts = []
+    fair = And(c.kind == ADVANCE, c.to > s[("now",)])
+    for o in range(SHAPE.ops):
+        rewatch = And(c.kind == WATCH, Eq(c.op, o))
+        parts += [Implies(live(n, o), rank(n, o) >= 1),
+                  Implies(Not(rewatch), rank(n, o) <= rank(s, o)),
+                  Implies(And(fair, live(s, o)), Or(Not(live(n, o)), rank(n, o) < rank(s, o))),
+                  Implies(s[("completed", o)], n[("completed", o)])]
+    last_deadline_passed = And(c.kind == ADVANCE, *[Implies(live(s, o), s[("exp", o)] <= c.to)
+                                                    for o in range(SHAPE.ops)])
+    parts.append(Implies(last_deadline_passed, And(*[Not(live(n, o)) for o in range(SHAPE.ops)])))
+    return And(*parts)
+
+
+@obligation("purgatory.liveness.fair", domain=DOMAIN + "; fairness: the reaper's advances move the clock forward "
+                                                       "infinitely often, each op is watched finitely often",
+            rests_on=INVARIANT, mutant=MUTANTS["check_rearms_timer"])
+def liveness_fair(mutated: bool = False) -> Outcome:
+    """Liveness under fairness: every operation that is not cancelled eventually completes, provided the reaper
+    keeps advancing the clock (infinitely many advances to a later time) and the op is watched only finitely often
+    (each watch of a live op re-arms its timer, as in Kafka). The proof is a ranking function: the rank of a live op
+    is the time from the clock to the start of its deadline's tick. In every state satisfying the invariant, a live
+    op has rank at least 1; no step but a watch of that op raises its rank; every advance that moves the clock
+    lowers it or ends the op's life (it completes, or is cancelled); a completion is never undone. After the op's
+    last watch its rank is a natural number that never grows and falls at every fair advance, so after finitely
+    many fair advances it is no longer live: it completed (by expiry at the latest) unless it was cancelled.
+    Without a lasso: from any reachable state, one advance to the last live deadline or later leaves no op live."""
+    return bmc_then_invariant(invariant, fair_progress, "check_rearms_timer" if mutated else None)
+
+
 # --- beyond the bound --------------------------------------------------------------------------------------------
 
 #: the per-operation properties: each talks about one op (and its keys) only
 PER_OP = ("exactly_once", "justified", "no_lost_wakeup", "no_forgotten_op", "tried_after_listing")
-PER_OP_STEPS = ("no_lost_wakeup", "cleanup_check", "cleanup_purge", "liveness")
+PER_OP_STEPS = ("no_lost_wakeup", "cleanup_check", "cleanup_purge", "liveness", "never_watched_again")
 SCALE_OPS, SCALE_KEYS = 6, 4
 
 
@@ -1131,7 +1249,7 @@ def per_op_invariant(s: dict) -> object:
             domain="any number of operations and keys: one tracked op and one tracked key; the other ops abstracted "
                    "(any purge decision at any advance), the other keys as one (a check or cancelForKey of one of "
                    "them visits any number of the op's entries there); any key multiplicities, all 8 commands, any "
-                   "delays; induction")
+                   "delays; induction. Any number holds as far as purgatory.projection does (checked at 3 x 3)")
 def any_number_of_ops_and_keys(mutated: bool = False) -> Outcome:
     """The per-operation properties hold for any number of operations and keys. Every transition treats each op
     on its own — a watch, try, force or cancel touches only its op; a check or cancelForKey walks one key's entries
@@ -1144,8 +1262,10 @@ def any_number_of_ops_and_keys(mutated: bool = False) -> Outcome:
     watch lists the op any number of times on the tracked key and on the others. z3 proves, for that system of one
     op and one key plus the rest, with the purge decision free, that the invariant of exactly_once, justified,
     no_lost_wakeup, no_forgotten_op and tried_after_listing is inductive and implies the step properties
-    no_lost_wakeup, cleanup.check, cleanup.purge and liveness for the tracked key (and cleanup.purge for the rest):
-    since the tracked op and key are any op and key, they hold for every op and key of a purgatory of any size.
+    no_lost_wakeup, cleanup.check, cleanup.purge, liveness and never_watched_again for the tracked key (and
+    cleanup.purge for the rest): since the tracked op and key are any op and key, they hold for every op and key of
+    a purgatory of any size. That the projection of a bigger purgatory's step is a step of this system is
+    purgatory.projection.
     (The counting properties relate all ops and keys; they are checked at the largest bound in
     purgatory.counting_at_scale.)"""
     return one_op_one_key("no_second_try" if mutated else None)
@@ -1166,6 +1286,99 @@ def one_op_one_key(mutant: str | None) -> Outcome:
             return Outcome(REFUTED, "BMC d=4 (1 op, 1 key + the rest, purge free)", f"after {depth} commands: "
                            f"{describe_run(run)}")
         return Outcome(status, "induction + BMC d=4", f"{part} fails; no violation within 4 commands")
+
+
+PROJECTION_SHAPE = (3, 3)
+#: the kinds that name an op: their step leaves every other op's projection as it was
+OP_KINDS = (WATCH, SET_READY, FORCE, TRY, CANCEL)
+
+
+def projected_keys() -> list[tuple]:
+    """The abstract (1 op, 1 key + the rest) state's fields that a projection determines: the clock, the purge
+    interval, every field of the op, its entries on the tracked key and on the rest, and whether it is watched on
+    the tracked key. The rest are the other ops' business (estimate, counters, the watchers map, the rest's
+    watched_on); no transition reads them to decide anything about the op, which the obligation checks by leaving
+    them free."""
+    return [("now",), ("P",), *[(name, 0) for name in BOOL_OP + INT_OP], ("cnt", 0, 0), ("cnt", 1, 0),
+            ("watched_on", 0, 0)]
+
+
+def projection(s: dict, o: int, k: int) -> dict:
+    """The concrete state seen by op o and key k: the abstract state's projected fields."""
+    rest = [j for j in range(PROJECTION_SHAPE[1]) if j != k]
+    view = {("now",): s[("now",)], ("P",): s[("P",)], ("cnt", 0, 0): s[("cnt", k, o)],
+            ("cnt", 1, 0): Sum(s[("cnt", j, o)] for j in rest), ("watched_on", 0, 0): s[("watched_on", k, o)]}
+    view.update({(name, 0): s[(name, o)] for name in BOOL_OP + INT_OP})
+    return view
+
+
+def projected_cmd(s: dict, c: Cmd, o: int, k: int) -> Cmd:
+    """The command as op o and key k see it: a check or cancelForKey of another key is one of the rest, visiting
+    the op's entries there; a watch lists the op on k and on the rest."""
+    rest = [j for j in range(PROJECTION_SHAPE[1]) if j != k]
+    part = Sum(If(Eq(c.key, j), s[("cnt", j, o)], 0) for j in rest)
+    return Cmd(c.kind, 0, If(Eq(c.key, k), 0, 1), (c.mult[k], Sum(c.mult[j] for j in rest)), c.delay, c.ready_on,
+               c.to, c.purge, (If(Eq(c.key, k), 0, part),))
+
+
+def projection_commutes(mutants: frozenset, o: int, k: int) -> tuple[str, str]:
+    """Does projecting onto op o and key k commute with step (a command naming another op stutters)? The status,
+    and for a counterexample the command and the fields where the two sides differ."""
+    ops, keys = PROJECTION_SHAPE
+    with bounded(ops, keys):
+        s, c = symbolic_state("s"), symbolic_cmd("c")
+        n, _ = step(s, c, mutants)
+        # facts of every reachable state (auxiliary.entries_nonneg, purgatory.purge.threshold's registrations)
+        concrete = [cmd_domain(s, c, ALL_KINDS), *[s[("cnt", j, p)] >= 0 for j in range(keys) for p in range(ops)],
+                    *[Implies(Or(s[("entry_new", p)], s[("entry_old", p)]), s[("in_timer", p)]) for p in range(ops)]]
+        before, after, ac = projection(s, o, k), projection(n, o, k), projected_cmd(s, c, o, k)
+    with bounded(1, 2, rest=True):
+        free = symbolic_state("abstract")
+        a = {**free, **before}
+        an, _ = step(a, ac, mutants)
+        stutter = And(Or(*[c.kind == kind for kind in OP_KINDS]), Not(Eq(c.op, o)))
+        goal = If(stutter, And(*[Eq(after[key], before[key]) for key in projected_keys()]),
+                  And(cmd_domain(a, ac, ALL_KINDS), *[Eq(after[key], an[key]) for key in projected_keys()]))
+    answer = core.prove(concrete, goal)
+    if answer.status != REFUTED:
+        return answer.status, ""
+    value = functools.partial(_value, answer.model)
+    kind = KIND_NAMES[value(c.kind)]
+    differ = [f"{'.'.join(map(str, key))}: {value(after[key])} (small system: {value(an[key])})"
+              for key in projected_keys() if value(after[key]) != value(an[key])]
+    names = Shape(*PROJECTION_SHAPE)
+    target = f"key=k{value(c.key)}" if kind in ("check", "cancel_key") else f"op={names.op_names[value(c.op)]}"
+    return REFUTED, f"{kind}({target}): " + ", ".join(differ or ["the small system's command is not well formed"])
+
+
+@obligation("purgatory.projection", cost=3, mutant=MUTANTS["check_wins_one"],
+            domain=f"{PROJECTION_SHAPE[0]} ops x {PROJECTION_SHAPE[1]} keys, every op and every key as the tracked "
+                   "one, any state with non-negative entry counts whose purge ghost entries are in the timer, all 8 "
+                   "commands, the purge decision free; for every "
+                   "number of ops and keys by the uniformity of step (written as one loop body per op and per key), "
+                   "which z3 does not check")
+def projection_obligation(mutated: bool = False) -> Outcome:
+    """The projection argument behind purgatory.any_number_of_ops_and_keys: the transition of op o on key k depends
+    on the other ops and keys only through the purge decision. Project a state of the purgatory with 3 ops and 3
+    keys onto one op and one key, lumping the other keys into one (the op's entries there summed): for every state
+    and every well-formed command, the projection of the next state is the next state of the one-op, one-key-plus-
+    the-rest system from the projection, under the projected command (a check or cancelForKey of another key visits
+    the op's entries on that key; a watch lists the op on the tracked key and on the rest), with the same purge
+    decision, whatever that system's other fields are; and a command naming another op leaves the projection as it
+    was. So every run of any purgatory projects to a run of the small system (with stutters), where
+    purgatory.any_number_of_ops_and_keys proves the per-op properties, stated by the same per-op, per-key clauses.
+    Checked for every op and key of the 3 x 3 purgatory as the tracked one; the step is one loop body per op and
+    per key, so more ops or keys add copies of the same terms (an argument about the code, not checked by z3)."""
+    mutants = frozenset({OTHERS_ABSTRACTED, *(["check_wins_one"] if mutated else [])})
+    for o in range(PROJECTION_SHAPE[0]):
+        for k in range(PROJECTION_SHAPE[1]):
+            status, step_seen = projection_commutes(mutants, o, k)
+            if status == REFUTED:
+                return Outcome(REFUTED, "validity of the commuting square", f"projected onto op "
+                               f"{Shape(*PROJECTION_SHAPE).op_names[o]} and key k{k}, {step_seen}")
+            if status != PROVED:
+                return Outcome(status, "validity of the commuting square", f"op {o}, key {k}")
+    return Outcome(PROVED, "validity of the commuting square", f"every op and key of {PROJECTION_SHAPE}")
 
 
 @obligation("purgatory.counting_at_scale", cost=40, mutant=MUTANTS["cancel_keeps_counter"],
@@ -1234,15 +1447,18 @@ def purge_rule(s, c, n, obs):
     return Implies(c.kind == ADVANCE, Eq(obs.purged, gone_since_purge(s, obs) > s[("P",)]))
 
 
+#: How the ghost state of `gone_since_purge` relates to the timer, as named clauses: the estimate is the last purge's
+#: count plus the watches since; an op in the timer holds exactly one entry, from before or since the last purge.
+#: Each is needed (purgatory.teeth.registrations.*).
+REGISTRATIONS = {
+    "estimate_split": lambda s: Eq(s[("est",)], s[("at_purge",)] + Sum(s[("calls", o)] for o in range(SHAPE.ops))),
+    "one_entry": each_op(lambda s, o: Not(And(s[("entry_new", o)], s[("entry_old", o)]))),
+    "entry_iff_timer": each_op(lambda s, o: Eq(s[("in_timer", o)], Or(s[("entry_new", o)], s[("entry_old", o)]))),
+}
+
+
 def registrations(s: dict) -> object:
-    """How the ghost state of `gone_since_purge` relates to the timer: an op in the timer holds exactly one entry,
-    from before or since the last purge; the last purge's entries still pending are at most those it saw."""
-    parts = [s[("at_purge",)] >= Sum(I(s[("entry_old", o)]) for o in range(SHAPE.ops)),
-             s[("est",)] == s[("at_purge",)] + Sum(s[("calls", o)] for o in range(SHAPE.ops))]
-    for o in range(SHAPE.ops):
-        parts += [s[("calls", o)] >= 0, Not(And(s[("entry_new", o)], s[("entry_old", o)])),
-                  Eq(s[("in_timer", o)], Or(s[("entry_new", o)], s[("entry_old", o)]))]
-    return And(*parts)
+    return And(*[clause(s) for clause in REGISTRATIONS.values()])
 
 
 def bmc_then_invariant(inv, step_goal, mutant: str | None, kinds=ALL_KINDS, depth: int = 6) -> Outcome:
@@ -1261,7 +1477,7 @@ def bmc_then_invariant(inv, step_goal, mutant: str | None, kinds=ALL_KINDS, dept
 
 @obligation("purgatory.purge.threshold", domain=f"{OPS} ops, {KEYS} keys, all 8 commands, any purge interval and "
                                                   f"delays; induction (if it fails, BMC to 6 for a run)",
-            mutant=MUTANTS["purge_ge"])
+            rests_on=INVARIANT, mutant=MUTANTS["purge_ge"])
 def purge_threshold(mutated: bool = False) -> Outcome:
     """The purge fires exactly when more than purgeInterval of the registrations made since the last purge are
     gone, stated without Kafka's estimate: count every tryCompleteElseWatch since the last purge that got past its
@@ -1288,7 +1504,7 @@ def bmc_advance_bad(bound_of):
 
 def memory_invariant_no_cancel(s):
     counted = Sum(I(And(s[("completed", o)], listed(s, o))) for o in range(SHAPE.ops))
-    return And(invariant(s), counted <= s[("est",)] - delayed(s),
+    return And(invariant(s), s[("P",)] >= 0, counted <= s[("est",)] - delayed(s),
                *[Not(s[("dropped", o)]) for o in range(SHAPE.ops)])
 
 
@@ -1300,7 +1516,7 @@ def memory_invariant(s):
     stale_counted = Sum(I(And(s[("completed", o)], listed(s, o), Not(s[("uncounted", o)]))) for o in range(SHAPE.ops))
     live_out = Sum(I(And(listed(s, o), Not(s[("completed", o)]), Not(s[("in_timer", o)]), Not(s[("uncounted", o)])))
                    for o in range(SHAPE.ops))
-    return And(invariant(s), stale_counted + live_out <= s[("est",)] - delayed(s))
+    return And(invariant(s), s[("P",)] >= 0, stale_counted + live_out <= s[("est",)] - delayed(s))
 
 
 @obligation("purgatory.memory.bound_without_cancel",
@@ -1371,7 +1587,216 @@ def memory_true_bound(mutated: bool = False) -> Outcome:
         "purge_keeps_completed" if mutated else None)
 
 
-# --- mutants and the cross-check ---------------------------------------------------------------------------------
+# --- every clause has teeth --------------------------------------------------------------------------------------
+
+#: the bug of the transition that each clause of a property alone catches (the mutants' keys)
+PROPERTY_TEETH = {
+    "exactly_once.once": "force_without_cas",
+    "exactly_once.route": "force_without_route",
+    "justified.condition": "try_ignores_condition",
+    "justified.deadline": "expire_early",
+    "no_lost_wakeup.listed": "check_drops_live",
+    "counters.completed_not_timed": "force_keeps_timer",
+    "counters.task_counter": "cancel_keeps_counter",
+    "counters.entry_counter": "purge_keeps_entry_counter",
+    "counters.estimate": "purge_zeroes_estimate",
+    "no_forgotten_op.scheduled": "watch_skips_timer",
+    "tried_after_listing.tried": "no_second_try",
+    "cleanup_map.present": "keeps_emptied_list",
+    "no_lost_wakeup.check_completes": "check_ignores_ready",
+    "cleanup_check.completed_gone": "check_keeps_completed",
+    "cleanup_check.completion_removes": "check_keeps_won_entries",
+    "cleanup_purge.completed_gone": "purge_keeps_completed",
+    "liveness.expired": "expiry_reschedules",
+    "never_watched_again.no_new_entry": "watches_completed",
+}
+TEETH_DOMAIN = (f"{OPS} ops, {KEYS} keys, all 8 commands, purge interval 0..{MAX_PURGE_INTERVAL}, delays <= 4; BMC to "
+                f"{TEETH_DEPTH} for the first violation of any clause")
+
+
+def replay(run: Run, mutants: frozenset = frozenset()) -> list[tuple[dict, Cmd, dict, Obs]]:
+    """The run's steps (s, c, n, obs), evaluated on Python values."""
+    s, steps = initial_state(run.purge_interval), []
+    for c in run.commands:
+        n, obs = step(s, c, mutants)
+        steps.append((s, c, n, obs))
+        s = n
+    return steps
+
+
+def violated_at_end(run: Run, mutants: frozenset) -> set[str]:
+    """The clauses the run's last step violates (state clauses in the state it reaches, step clauses of the step)."""
+    s, c, n, obs = replay(run, mutants)[-1]
+    return ({name for name, clause in CLAUSES.items() if not clause(n)}
+            | {name for name, clause in STEP_CLAUSES.items() if not clause(s, c, n, obs)})
+
+
+def first_violation(mutants: frozenset, depth: int = TEETH_DEPTH) -> tuple[str, Run | None, int]:
+    """BMC for the first step that violates any clause of any property."""
+    return bmc(lambda s: Not(And(*[clause(s) for clause in CLAUSES.values()])), depth, mutants=mutants,
+               step_bad=lambda s, c, n, obs: Not(And(*[clause(s, c, n, obs) for clause in STEP_CLAUSES.values()])))
+
+
+def departure(mutants: frozenset, depth: int = TEETH_DEPTH) -> tuple[str, Run | None, int]:
+    """BMC for the first step where the transition with ``mutants`` departs from the spec's (another state or
+    observation from the same state and command): the first behaviour the bug adds."""
+    def departs(s, c, n, obs):
+        right, right_obs = step(s, c)
+        seen, meant = attrs.astuple(obs, recurse=False), attrs.astuple(right_obs, recurse=False)
+        pairs = [*((n[key], right[key]) for key in n),
+                 *((a, b) for x, y in zip(seen, meant) for a, b in (zip(x, y) if isinstance(x, tuple) else [(x, y)]))]
+        return Not(And(*[Eq(a, b) for a, b in pairs]))
+
+    return bmc(None, depth, mutants=mutants, step_bad=departs)
+
+
+def clause_teeth(clause: str) -> Outcome:
+    """purgatory.teeth.<clause>: the clause alone catches its bug (teeth.caught_alone)."""
+    mutants = frozenset({PROPERTY_TEETH[clause]})
+    description = f"the model here; with the bug ({MUTANTS[PROPERTY_TEETH[clause]]}) {clause} fails"
+    return teeth.caught_alone(clause, [*CLAUSES, *STEP_CLAUSES], lambda: first_violation(mutants),
+                              lambda run: violated_at_end(run, mutants), describe_run, f"BMC d<={TEETH_DEPTH}",
+                              lambda run: {"counterexample": purgatory_trace(f"specs.purgatory.teeth.{clause}", run,
+                                                                             description)},
+                              lambda: departure(mutants))
+
+
+def register_clause_teeth(clause: str, mutant: str) -> None:
+    def check() -> Outcome:
+        return clause_teeth(clause)
+
+    check.__doc__ = (f"The clause {clause} has teeth: with the bug \"{MUTANTS[mutant]}\", the first step of a run "
+                     f"that violates any clause of the invariant or of the step properties violates {clause} and no "
+                     f"other. Deleting the clause makes this fail.")
+    obligation(f"purgatory.teeth.{clause}", kind="mutant", expect=REFUTED, domain=TEETH_DOMAIN)(check)
+
+
+for _clause, _mutant in PROPERTY_TEETH.items():
+    register_clause_teeth(_clause, _mutant)
+
+
+# --- the shared invariant ----------------------------------------------------------------------------------------
+
+
+def state_name(key: tuple) -> str:
+    """A state key as text: ("cnt", 0, 1) -> "cnt[k0][b]", ("tc", 2) -> "tc[c]", ("now",) -> "now"."""
+    name, *index = key
+    if name == "present":
+        return f"present[{SHAPE.key_names[index[0]]}]"
+    if len(index) == 2:
+        return f"{name}[{SHAPE.key_names[index[0]]}][{SHAPE.op_names[index[1]]}]"
+    return f"{name}[{SHAPE.op_names[index[0]]}]" if index else name
+
+
+#: the fields of each command kind that a counterexample shows
+COMMAND_FIELDS = {"watch": ("op", "delay", "ready_on"), "advance": ("to",), "check": ("key",),
+                  "cancel_key": ("key",)}
+
+
+def counterexample_to_induction(mutants: frozenset) -> dict:
+    """A state satisfying the invariant, a command, and the clauses the step breaks (auxiliary facts and state
+    clauses in the state reached, step clauses of the step), each state shown by what differs from the initial one."""
+    s, c = symbolic_state("s"), symbolic_cmd("c")
+    n, obs = step(s, c, mutants)
+    clauses = {**{f"auxiliary.{name}": clause(n) for name, clause in AUXILIARY.items()},
+               **{name: clause(n) for name, clause in CLAUSES.items()},
+               **{name: clause(s, c, n, obs) for name, clause in STEP_CLAUSES.items()}}
+    answer = core.find([invariant(s), cmd_domain(s, c, ALL_KINDS), Not(And(*clauses.values()))])
+    if answer.status != REFUTED:
+        return {}
+    kind = KIND_NAMES[answer.model.eval(c.kind, model_completion=True).as_long()]
+    command = {"kind": kind, **{f: getattr(c, f) for f in COMMAND_FIELDS.get(kind, ("op",))},
+               **({f"mult[{SHAPE.key_names[k]}]": m for k, m in enumerate(c.mult)} if kind == "watch" else {})}
+    return core.induction_counterexample(answer.model, s, command, n, clauses, state_name, usual=initial_state(0))
+
+
+@obligation(INVARIANT, domain=DOMAIN.removesuffix(f" (to {BMC_DEPTH} on the mutant)"), cost=30,
+            mutant=MUTANTS["expire_early"])
+def the_invariant(mutated: bool = False) -> Outcome:
+    """The purgatory's one invariant (the auxiliary facts and every clause of every state property) is inductive
+    and implies every step property. Every property obligation of the purgatory rests on it and is read from it, so
+    it is decided once: when it fails, this obligation shows one counterexample to induction (a state satisfying
+    it, a command, the clauses the step breaks) and searches from the initial state for a run whose last step
+    violates a clause of a property (refuted, with that run and the clauses it breaks); its dependants only point
+    here. The search is shallow on purpose: a search that finds nothing is exhaustive to its depth, and its cost
+    grows steeply with it."""
+    mutants = frozenset({"expire_early"}) if mutated else frozenset()
+    status, part, seconds = invariant_is_inductive(mutants)
+    if status == PROVED:
+        return Outcome(PROVED, "induction", f"inductive, and implies every step property ({seconds:.1f}s)")
+    witness = counterexample_to_induction(mutants) if status == NOT_INDUCTIVE else {}
+    found, run, depth = first_violation(mutants, TEETH_DEPTH)
+    if found == REFUTED:
+        broken = ", ".join(sorted(violated_at_end(run, mutants)))
+        return Outcome(REFUTED, f"induction fails ({part}); BMC", f"{broken} violated after {depth} commands: "
+                       f"{describe_run(run)}", witness={**witness, "run": describe_run(run)},
+                       traces={} if mutated else {"counterexample": purgatory_trace("specs." + INVARIANT, run,
+                                                                                     f"violates {broken}")})
+    if found != BOUND:
+        return Outcome(found, f"BMC d={TEETH_DEPTH}", f"{part} fails; BMC gave up at depth {depth}", witness=witness)
+    return Outcome(status, f"induction ({part}) + BMC d={TEETH_DEPTH}", f"{part} fails; no clause is violated "
+                   f"within {TEETH_DEPTH} commands", witness=witness)
+
+
+def support(group: str) -> tuple[dict, dict, object]:
+    """A group of supporting facts: (the facts, the clauses they support, the step goal). The auxiliary facts
+    support the properties and the step properties; the registrations support the purge rule on top of the whole
+    invariant."""
+    if group == "auxiliary":
+        return AUXILIARY, CLAUSES, lambda s, c, n, obs: And(*[clause(s, c, n, obs) for clause in STEP_CLAUSES.values()])
+    return REGISTRATIONS, {"invariant": invariant}, purge_rule
+
+
+def support_needed(group: str) -> dict[str, tuple[str, str]]:
+    """For each fact of the group: is the invariant without it still inductive (with the step goal)? One shared
+    solver; one query per fact."""
+    facts, supported, step_goal = support(group)
+    s, c = symbolic_state("s"), symbolic_cmd("c")
+    n, obs = step(s, c)
+    goal = step_goal(s, c, n, obs)
+
+    def without(name: str) -> tuple[object, object]:
+        rest = [clause for other, clause in {**facts, **supported}.items() if other != name]
+        return And(*[clause(s) for clause in rest]), And(*[clause(n) for clause in rest], goal)
+
+    def explain(model: z3.ModelRef) -> str:
+        kind = KIND_NAMES[model.eval(c.kind, model_completion=True).as_long()]
+        broken = [name for name, clause in {**supported, **facts}.items()
+                  if z3.is_false(model.eval(clause(n), model_completion=True))]
+        if z3.is_false(model.eval(goal, model_completion=True)):
+            broken.append("the step goal")
+        return f"a state satisfying the rest steps by {kind} to one violating {', '.join(broken)}"
+
+    return teeth.needed(facts, [cmd_domain(s, c, ALL_KINDS)], without, explain)
+
+
+@functools.cache
+def _support_needed(group: str, clauses: tuple, rlimit: int) -> dict[str, tuple[str, str]]:
+    # keyed by the clauses themselves (a test replaces one) and the resource budget
+    return support_needed(group)
+
+
+def register_support_teeth(group: str, name: str, supports: str) -> None:
+    def check() -> Outcome:
+        clauses = tuple((*AUXILIARY.items(), *CLAUSES.items(), *STEP_CLAUSES.items(), *REGISTRATIONS.items()))
+        return teeth.needed_outcome(name, _support_needed(group, clauses, core.DEFAULT_RLIMIT),
+                                    f"consecution without the fact (one shared solver for all {group} facts)")
+
+    check.__doc__ = (f"The {group} fact {name} is needed: the invariant without it is not inductive (some state "
+                     f"satisfying the rest of it steps out of it, or violates the step goal), so deleting it makes "
+                     f"{supports} fail.")
+    obligation(f"purgatory.teeth.{group}.{name}", kind="mutant", expect=REFUTED,
+               domain=f"{OPS} ops, {KEYS} keys, all 8 commands, any purge interval and delays; one consecution "
+                      f"query")(check)
+
+
+for _name in AUXILIARY:
+    register_support_teeth("auxiliary", _name, f"{INVARIANT} and every obligation resting on it")
+for _name in REGISTRATIONS:
+    register_support_teeth("registrations", _name, "purgatory.purge.threshold")
+
+
+# --- mutants -----------------------------------------------------------------------------------------------------
 
 
 def purge_ge_counterexample() -> tuple[str, Run | None]:
@@ -1392,25 +1817,3 @@ def mutant_purge_ge() -> Outcome:
     trace = purgatory_trace("specs.mutant.purgatory.purge_ge", run,
                             "the model does not purge here; a purge test with >= would")
     return Outcome(REFUTED, "BMC d=4", describe_run(run), traces={"counterexample": trace})
-
-
-@obligation("purgatory.crosscheck.model", kind="support", expect=BOUND,
-            domain="150 random traces of 25 commands, wheel sizes 2/3/20, purge interval 0..2",
-            mutant=MUTANTS["keeps_emptied_list"] + " (in the symbolic relation only)")
-def crosscheck_model(mutated: bool = False) -> Outcome:
-    """The symbolic transition relation and model/ agree: random command sequences over the bounded ops and keys
-    (watch with duplicates and re-watches, set_ready, check, cancel_key, force, try, cancel, advance, and the
-    watched/delayed queries) are run through both, and after every command the results, the events (as a multiset)
-    and the state — clock, estimate, per op created/ready/completed/tries/in timer/deadline, and the entries per key
-    — are compared. The model runs the real wheel (with cascades for wheel sizes 2 and 3), so this also checks the
-    timer abstraction."""
-    rng = random.Random(2024)
-    problems = []
-    for i in range(150):
-        commands, params = random_commands(rng, 25), random_params(rng)
-        found = crosscheck(commands, params, mutants=frozenset({"keeps_emptied_list"}) if mutated else frozenset())
-        if found:
-            problems.append((i, found[0]))
-    if problems:
-        return Outcome(REFUTED, "concrete evaluation", f"{len(problems)} traces disagree; first: {problems[0]}")
-    return Outcome(BOUND, "concrete evaluation", "150 traces x 25 commands agree")

@@ -16,7 +16,6 @@ small emulation of Kafka's wheel in Java arithmetic, so that the documented outc
 
 from __future__ import annotations
 
-import functools
 import heapq
 import itertools
 import random
@@ -29,7 +28,8 @@ import z3
 from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.core import (BOUND, NOT_INDUCTIVE, PROVED, REFUTED, Lemma, Outcome, find, fresh_z3_context,
-                                   minimise, obligation, prove, solver, undecided, verdict, with_lemmas)
+                                   induction_counterexample, minimise, obligation, prove, smallest, solver, undecided,
+                                   verdict, with_lemmas)
 from kpurgatory.specs.javalong import (BV, EXACT, INT_MAX, JINT, LONG_MAX, LONG_MIN, OPERATORS, PY, Backend,
                                        BVBackend, FloorRemainderBackend, JIntBackend, Long, PyBackend, SignedModuloBVBackend,
                                        definition_query, multiple_lemma, no_overflow_add, no_overflow_mul)
@@ -314,9 +314,50 @@ METHOD_BV = "z3 QF_BV 64"
 
 
 def placement_setting(backend: Backend, *, top: bool = False, arithmetic: Arithmetic = KAFKA):
-    (u, n, c, E), ranges = backend.longs(f"u n c E")
+    (u, n, c, E), ranges = backend.longs("u n c E")
     hyps = [ranges, level_domain(u, n, c, top=top), arithmetic.accepted(E, c, u, n), E <= LONG_MAX]
     return (u, n, c, E), hyps
+
+
+#: the bounds a counterexample is first looked for within (every value's magnitude), smallest first, and the budget
+#: of each look: a readable small counterexample when there is one, z3's first model otherwise
+SMALL_BOUNDS = (8, 64, 2**12)
+SMALL_RLIMIT = 2_000_000
+
+
+def decide(hypotheses: list, goal, method: str, names: dict[str, Long], lemmas=None, lemmas_ok: bool = True,
+           answer=None) -> Outcome:
+    """``hypotheses => goal`` as an outcome; a refutation names every value of the counterexample, the smallest
+    found by iterative tightening (all magnitudes within 8, else 64, else 4096), and carries a trace of the model
+    on those values when they are a wheel the model accepts (u, n, c, E: the entry added at c with delay E - c,
+    then an advance to E)."""
+    answer = answer or prove(hypotheses, goal)
+    if answer.status != REFUTED:
+        return verdict(answer, method, lemmas, lemmas_ok)
+    model, bound = answer.model, None
+    for limit in SMALL_BOUNDS:
+        small = solver()
+        small.set("rlimit", SMALL_RLIMIT)
+        small.add(*hypotheses, z3.Not(goal), *[z3.And(x >= -limit, x <= limit) for x in names.values()])
+        if small.check() == z3.sat:
+            model, bound = small.model(), limit
+            break
+    values = {name: x.backend.value(model, x.raw) for name, x in names.items()}
+    text = ", ".join(f"{name}={value}" for name, value in values.items())
+    return Outcome(REFUTED, method + (f" (smallest within {bound})" if bound else ""), f"counterexample: {text}",
+                   witness=values, lemmas=lemmas or [], traces=level_trace(values))
+
+
+def level_trace(values: dict) -> dict:
+    """The model on a refuted level's values, when they are a wheel the model accepts (else no trace)."""
+    u, n, c, E = (values.get(name) for name in ("u", "n", "c", "E"))
+    if None in (u, n, c, E) or not (u >= 1 and n >= 2 and u * n <= LONG_MAX and 0 <= c <= E <= LONG_MAX):
+        return {}
+    return {"counterexample": timer_trace(
+        "specs.wheel.counterexample", v.Params(tick_ms=u, wheel_size=n, start_ms=c),
+        [v.TimerAdd("t", E - c), v.Size(), v.Advance(E), v.Size()],
+        f"z3's counterexample (u={u}, n={n}, c={c}, E={E}) replayed on the model: the task added at {c} with "
+        f"expiration {E} runs by advance({E}).")}
 
 
 @obligation("wheel.placement.index_in_range", domain=JAVA_DOMAIN + ", c+u<=E<c+u*n", mutant=ACCEPTS_EXPIRED.bug)
@@ -328,7 +369,7 @@ def placement_index(mutated: bool = False) -> Outcome:
     arithmetic = ACCEPTS_EXPIRED if mutated else KAFKA
     (u, n, c, E), hyps = placement_setting(JINT, arithmetic=arithmetic)
     _, slot, _ = arithmetic.place(E, u, n)
-    return verdict(prove(hyps, z3.And(slot >= 0, slot < n)), METHOD_JINT)
+    return decide(hyps, z3.And(slot >= 0, slot < n), METHOD_JINT, {"u": u, "n": n, "c": c, "E": E})
 
 
 @obligation("wheel.placement.bucket_expiration", domain=JAVA_DOMAIN + ", c+u<=E<c+u*n", mutant=ROUNDS_UP.bug)
@@ -340,7 +381,7 @@ def placement_expiration(mutated: bool = False) -> Outcome:
     arithmetic = ROUNDS_UP if mutated else KAFKA
     (u, n, c, E), hyps = placement_setting(JINT, arithmetic=arithmetic)
     _, _, b = arithmetic.place(E, u, n)
-    return verdict(prove(hyps, z3.And(c < b, b <= E, E - u < b)), METHOD_JINT)
+    return decide(hyps, z3.And(c < b, b <= E, E - u < b), METHOD_JINT, {"u": u, "n": n, "c": c, "E": E})
 
 
 def aliasing_query(backend: Backend, *, top: bool = False, arithmetic: Arithmetic = KAFKA):
@@ -355,7 +396,8 @@ def aliasing_query(backend: Backend, *, top: bool = False, arithmetic: Arithmeti
     instances = [lem.window(E1, c, u, n), lem.window(E2, c2, u, n), lem.below(c2, vid1, u), lem.mono(c, c2, u),
                  lem.residue(vid1, vid2, n)]
     results, ok = with_lemmas([lem.window, lem.below, lem.mono, lem.residue])
-    return prove(hyps + instances, vid1.eq(vid2)), results, ok
+    names = {"u": u, "n": n, "c": c, "E": E1, "c2": c2, "E2": E2}
+    return decide(hyps + instances, vid1.eq(vid2), METHOD_JINT + " + lemmas", names, results, ok), results, ok
 
 
 @obligation("wheel.placement.no_aliasing",
@@ -367,8 +409,8 @@ def placement_no_aliasing(mutated: bool = False) -> Outcome:
     and both got the same bucket index, then they have the same virtual id. A bucket therefore never mixes entries
     of two rotations of the wheel, so one expiration per bucket is enough. Proved from lemmas on division (window,
     below, mono, residue), each proved by z3 in the same run."""
-    answer, results, ok = aliasing_query(JINT, arithmetic=MISINDEXED if mutated else KAFKA)
-    return verdict(answer, METHOD_JINT + " + lemmas", results, ok)
+    outcome, _, _ = aliasing_query(JINT, arithmetic=MISINDEXED if mutated else KAFKA)
+    return outcome
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -391,7 +433,7 @@ def refusal_exact(mutated: bool = False) -> Outcome:
     hyps = [ranges, level_domain(T, n, c), z3.Not(arithmetic.accepted(E, c, T, n)),
             z3.Not(arithmetic.refused(E, c, T, n)), E <= LONG_MAX]
     goal = z3.And(no_overflow_add(c, T), upper >= 0, upper <= c, z3.Not(arithmetic.refused(E, upper, up, n)))
-    return verdict(prove(hyps, goal), METHOD_JINT)
+    return decide(hyps, goal, METHOD_JINT, {"u": T, "n": n, "c": c, "E": E})
 
 
 @obligation("wheel.clock.alignment_inductive",
@@ -416,8 +458,8 @@ def clock_alignment(mutated: bool = False) -> Outcome:
     lemma = prove([], multiple_lemma(a, m))
     hints = [multiple_lemma(x.raw, t.raw), multiple_lemma(cf2.raw, T.raw)]
     goal = z3.And(cf2 >= 0, (cf2 % t).eq(0), cc2.eq(cf2 - cf2 % T), cc2 <= cf2, cf2 < cc2 + T)
-    return verdict(prove(hyps + hints, goal), METHOD_JINT + " + lemma",
-                   [("multiple (x - x % m is a multiple of m)", lemma.status, 0.0)], lemma.status == PROVED)
+    return decide(hyps + hints, goal, METHOD_JINT + " + lemma", {"t": t, "n": n, "cf": cf, "x": x},
+                  [("multiple (x - x % m is a multiple of m)", lemma.status, 0.0)], lemma.status == PROVED)
 
 
 @obligation("wheel.overflow.climb_ranking",
@@ -441,9 +483,8 @@ def overflow_climb(mutated: bool = False) -> Outcome:
         nxt = arithmetic.overflow_tick(T, n)
         upper = c - c % nxt
         goal = z3.And(nxt >= T + T, nxt <= LONG_MAX, upper >= 0, z3.Not(E < upper + nxt))
-        results.append(prove(hyps, goal))
-    worst = next((a for a in results if a.status != PROVED), results[0])
-    return verdict(worst, "z3 NIA (model) + NIA (Java)")
+        results.append(decide(hyps, goal, "z3 NIA (model) + NIA (Java)", {"u": T, "n": n, "c": c, "E": E}))
+    return next((outcome for outcome in results if outcome.status != PROVED), results[0])
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -648,31 +689,66 @@ class SymbolicWheel:
         """Kafka's declared firing window opens at the start of E's tick (up to tick - 1 ms early)."""
         return E - E % self.u.raw
 
-    def invariant(self, s: dict):
-        """Clocks aligned and not ahead of now; the entry is in exactly one place once added (a bucket of one level,
-        or run) and nowhere before; its bucket expiration is a multiple of its level's tick, no later than E, within
-        one tick of it, and after that level's current tick; it fits the top level's window; if it ran, not before
-        the tick of E started; E is what the wheel's schedule makes of the deadline D added at A."""
+    def invariant_clauses(self, s: dict) -> dict[str, object]:
+        """The invariant, clause by clause (a counterexample to induction names the clauses it breaks): clocks
+        aligned and not ahead of now; the entry is in exactly one place once added (a bucket of one level, or run)
+        and nowhere before; its bucket expiration is a multiple of its level's tick, no later than E, within one
+        tick of it, and after that level's current tick; it fits the top level's window; if it ran, not before the
+        tick of E started; E is what the wheel's schedule makes of the deadline D added at A."""
         c = self.clocks(s)
         E, b = self.long(s["E"]), self.long(s["b"])
         places = [s["ran"], *[s[f"at{k}"] for k in range(self.levels)]]
-        parts = [self.aligned(s), s["c0"] <= s["now"], s["now"] <= self.horizon,
-                 z3.Implies(z3.Not(s["added"]), z3.Not(z3.Or(*places))),
-                 z3.Implies(s["added"], z3.And(z3.PbEq([(x, 1) for x in places], 1), s["E"] >= 0,
-                                               self.window(E, c), s["A"] >= 0, s["A"] <= s["now"],
-                                               s["D"] >= s["A"], s["D"] <= self.horizon,
-                                               self.arithmetic.scheduled(s["E"], s["D"], s["A"], self.u.raw))),
-                 z3.Implies(s["ran"], s["ran_at"] >= self.earliest(s["E"]))]
-        for k, T in enumerate(self.ticks):
-            parts.append(z3.Implies(s[f"at{k}"], z3.And((b % T).eq(0), b <= E, E < b + T, b >= c[k] + T)))
-        return z3.And(*parts)
+
+        def once_added(fact):
+            return z3.Implies(s["added"], fact)
+
+        def in_bucket(fact: Callable):
+            return z3.And(*[z3.Implies(s[f"at{k}"], fact(T, c[k])) for k, T in enumerate(self.ticks)])
+
+        return {"clocks_aligned": self.aligned(s), "clock_not_ahead": s["c0"] <= s["now"],
+                "now_in_horizon": s["now"] <= self.horizon,
+                "nowhere_before_added": z3.Implies(z3.Not(s["added"]), z3.Not(z3.Or(*places))),
+                "one_place": once_added(z3.PbEq([(x, 1) for x in places], 1)),
+                "E_nonnegative": once_added(s["E"] >= 0), "in_window": once_added(self.window(E, c)),
+                "added_in_past": once_added(z3.And(s["A"] >= 0, s["A"] <= s["now"])),
+                "deadline_after_add": once_added(s["D"] >= s["A"]),
+                "deadline_in_horizon": once_added(s["D"] <= self.horizon),
+                "scheduled": once_added(self.arithmetic.scheduled(s["E"], s["D"], s["A"], self.u.raw)),
+                "ran_not_early": z3.Implies(s["ran"], s["ran_at"] >= self.earliest(s["E"])),
+                "bucket_multiple_of_tick": in_bucket(lambda T, ck: (b % T).eq(0)),
+                "bucket_le_E": in_bucket(lambda T, ck: b <= E),
+                "E_within_bucket_tick": in_bucket(lambda T, ck: E < b + T),
+                "bucket_after_clock_tick": in_bucket(lambda T, ck: b >= ck + T)}
+
+    def invariant(self, s: dict):
+        return z3.And(*self.invariant_clauses(s).values())
+
+    def shown(self, s: dict) -> dict[str, object]:
+        """A state as a counterexample shows it: now, the clocks, the entry (E, its deadline D added at A, the level
+        of its bucket, 1 for the finest, 0 for none, and the bucket's expiration b) and whether and when it ran."""
+        level = z3.IntVal(0)
+        for k in reversed(range(self.levels)):
+            level = z3.If(s[f"at{k}"], k + 1, level)
+        return {"now": s["now"], **{f"c{k}": s[f"c{k}"] for k in range(self.levels)}, "added": s["added"],
+                "E": s["E"], "D": s["D"], "A": s["A"], "level": level, "b": s["b"], "ran": s["ran"],
+                "ran_at": s["ran_at"]}
+
+    def counterexample(self, model: z3.ModelRef, s: dict, command: tuple, n: dict, clauses: dict) -> dict:
+        """A counterexample to induction with its values: the state (of the invariant), the command, what the step
+        changed and the clauses (of the invariant, or the step property) the step breaks."""
+        kind, delay, to, moves = command
+        adding = z3.is_true(model.eval(kind == ADD, model_completion=True))
+        fields = {"kind": "add", "delay": delay} if adding else {
+            "kind": "advance", "to": to, **{f"move{i}": m for i, m in enumerate(moves)}}
+        return induction_counterexample(model, self.shown(s), fields, self.shown(n), clauses)
 
 
 def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_BMC_DEPTH, backend: Backend = EXACT,
                      configurations: tuple | None = None) -> Outcome:
     """Check the step property ``prop(wheel, s, kind, to, n, happened)`` for every configuration: BMC from a fresh
     wheel to ``depth`` commands (a violation there is a run: refuted), then induction on `SymbolicWheel.invariant`
-    with the property as the step goal (unsat: proved; a model there that BMC did not reach: not inductive)."""
+    with the property as the step goal (unsat: proved; a model there that BMC did not reach: not inductive, shown
+    as a counterexample to induction with small values and the clauses it breaks)."""
     start = time.perf_counter()
     configurations = configurations or CONFIGURATIONS
     for tick, size, levels in configurations:
@@ -714,10 +790,17 @@ def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_
         n, happened = wheel.step(s, kind, delay, to, moves, "c")
         for part, target in (("consecution", wheel.invariant(n)),
                              ("step property", prop(wheel, s, kind, to, n, happened))):
-            answer = prove([wheel.invariant(s), constraint, happened["order"], *happened["defs"]], target)
+            step = [wheel.invariant(s), constraint, happened["order"], *happened["defs"]]
+            answer = prove(step, target)
             if answer.status == REFUTED:
-                return Outcome(NOT_INDUCTIVE, "induction", f"tick {tick}, wheel {size}: {part} fails from a state "
-                               f"of the invariant, and BMC to {depth} found no run to it")
+                # the same query again, now as small as z3 finds (readable values): only on failure
+                small, _ = smallest([*step, z3.Not(target)], {"now": s["now"], "ran_at": s["ran_at"]})
+                model = small.model if small.status == REFUTED else answer.model
+                clauses = {**wheel.invariant_clauses(n),
+                           f"step property {prop.__name__}": prop(wheel, s, kind, to, n, happened)}
+                return Outcome(NOT_INDUCTIVE, "induction", f"tick {tick}, wheel {size}, {levels} levels: {part} "
+                               f"fails from a state of the invariant, and BMC to {depth} found no run to it",
+                               witness=wheel.counterexample(model, s, (kind, delay, to, moves), n, clauses))
             if answer.status != PROVED:
                 return verdict(answer, "induction", detail=f"tick {tick}, wheel {size}, {levels} levels: {part}")
     return Outcome(PROVED, f"BMC d={depth} + induction",
@@ -816,12 +899,12 @@ def conserved(w, s, kind, to, n, happened):
 def on_time(window: Window) -> Callable:
     """The step property "on time" for ``window``: a run in this step is not before the window opens, and an
     advance to its end or later leaves the entry run."""
-    def prop(w, s, kind, to, n, happened):
+    def on_time_in_window(w, s, kind, to, n, happened):
         u = w.u.raw
         return z3.And(z3.Implies(happened["ran"], n["ran_at"] >= window.earliest(n["D"], u)),
                       z3.Implies(z3.And(kind == ADVANCE, n["added"], to >= window.latest(n["D"], n["A"], u)),
                                  n["ran"]))
-    return prop
+    return on_time_in_window
 
 
 @obligation("wheel.timing.window.never_early_up_to_tick_late", domain=SYM_DOMAIN.format(depth=WHEEL_BMC_DEPTH),
@@ -1028,21 +1111,77 @@ def kafka_expiration_wraps() -> Outcome:
                    traces={"delay_near_long_max": trace})
 
 
+#: the clocks at which the model's guard is read: the first two, one far from both ends, the last
+GUARD_NOWS = (0, 1, 2**62, LONG_MAX)
+
+
+def model_accepts(now: int, delay: int) -> bool:
+    """The model's guard, read from the model itself: a timer_add of ``delay`` on a model whose clock starts at
+    ``now`` is not rejected."""
+    from kpurgatory.model import Model  # model/ itself, not a copy of its rule
+
+    return Model("timer", v.Params(tick_ms=1, wheel_size=20, start_ms=now)).step(v.TimerAdd("t", delay)).error is None
+
+
+def largest_accepted_deadline(accepts: Callable[[int, int], bool], now: int) -> int:
+    """The largest deadline now + delay that ``accepts`` lets through at ``now``, by bisection on the delay over
+    [0, 2^64] (the guard is taken to be monotone in the delay; now - 1 if it rejects even delay 0)."""
+    if not accepts(now, 0):
+        return now - 1
+    low, high = 0, 2**64  # accepts(now, low); high is beyond any deadline the domain has
+    while high - low > 1:
+        middle = (low + high) // 2
+        low, high = (middle, high) if accepts(now, middle) else (low, middle)
+    return now + low
+
+
 @obligation("wheel.model.expiration_guard", kind="model",
-            domain="now in [0, Long.MAX], delay any long; Java sum (JINT) against the model's exact sum",
+            domain="now in [0, Long.MAX], delay any long: Java's sum (JINT) against the exact one (z3); the "
+                   "model's guard read from model/ by bisection on the delay of a timer_add, at now in (0, 1, 2^62, "
+                   "Long.MAX)",
             mutant="the model's guard accepts one past Long.MAX (now + delay <= Long.MAX + 1)")
 def model_expiration_guard(mutated: bool = False) -> Outcome:
-    """The model accepts timer_add/watch exactly when now + delay <= Long.MAX in exact arithmetic. On every
-    accepted input Java's wrapping sum equals the exact one (so the model and Kafka agree there), and on every
-    rejected input Java's sum is negative (so the rejected inputs are exactly those where Kafka would run the task
-    at once because of wrapping). Negative delays never wrap from a non-negative now."""
+    """The model accepts timer_add/watch exactly when now + delay <= Long.MAX in exact arithmetic: the largest
+    deadline model/ itself accepts is Long.MAX at every clock read, neither less (a caller's "never" of exactly
+    Long.MAX must not be refused) nor more. With that bound, on every accepted input Java's wrapping sum equals the
+    exact one (so the model and Kafka agree there), and on every rejected input Java's sum is negative (so the
+    rejected inputs are exactly those where Kafka would run the task at once because of wrapping). Negative delays
+    never wrap from a non-negative now."""
+    accepts = model_accepts if not mutated else (
+        lambda now, delay: model_accepts(now, delay) or now + delay == LONG_MAX + 1)
+    limits = {now: largest_accepted_deadline(accepts, now) for now in GUARD_NOWS}
+    if len(set(limits.values())) > 1:
+        return Outcome(REFUTED, "the model's guard, read by bisection", "the largest deadline the model accepts "
+                       f"depends on the clock: {limits}", witness={"largest_accepted_deadline": limits})
+    limit = limits[0]
     (now, delay), ranges = JINT.longs("now delay")
     java = now + delay
     exact = now.raw + delay.raw
-    limit = LONG_MAX + 1 if mutated else LONG_MAX
     goal = z3.And(z3.Implies(exact <= limit, java.raw == exact), z3.Implies(exact > limit, java < 0),
                   exact >= LONG_MIN)
-    return verdict(prove([ranges, now >= 0], goal), "z3 NIA (Java vs exact)")
+    answer = minimise([ranges, now >= 0, z3.Not(goal)], [now.raw, delay.raw])
+    if answer.status != REFUTED:
+        return verdict(answer, "the model's guard (bisection) + z3 NIA (Java vs exact)",
+                       detail=f"the model accepts deadlines up to {limit} (Long.MAX) at now in {GUARD_NOWS}")
+    now_v, delay_v = (answer.model.eval(x.raw, model_completion=True).as_long() for x in (now, delay))
+    trace = timer_trace("specs.wheel.model.expiration_guard", v.Params(tick_ms=1, wheel_size=20, start_ms=now_v),
+                        [v.TimerAdd("t", delay_v), v.Size()],
+                        f"the guard accepts deadlines up to {limit}, Long.MAX {'-' if limit < LONG_MAX else '+'} "
+                        f"{abs(LONG_MAX - limit)}: now={now_v}, delay={delay_v} (deadline {now_v + delay_v}, Java's "
+                        f"sum {PY.add(now_v, delay_v)}) is {'rejected' if now_v + delay_v > limit else 'accepted'}. "
+                        f"The recording is model/'s, the system's answers are the "
+                        f"{'mutant guard' if mutated else 'bound Long.MAX'}'s.")
+    # the system's answers: the guard under test where it differs from model/, else the statement's bound
+    accepted = accepts(now_v, delay_v) if mutated else now_v + delay_v <= LONG_MAX
+    answers = ([v.Observation(None), v.Observation(1)] if accepted
+               else [v.Observation(None, error="delay_out_of_range"), v.Observation(0)])
+    trace = attrs.evolve(trace, steps=[attrs.evolve(step, system=answer)
+                                       for step, answer in zip(trace.steps, answers)])
+    return Outcome(REFUTED, "the model's guard (bisection) + z3 NIA (minimised)",
+                   f"the model accepts deadlines up to {limit} (Long.MAX {'-' if limit < LONG_MAX else '+'} "
+                   f"{abs(LONG_MAX - limit)}); now={now_v}, delay={delay_v}: deadline {now_v + delay_v}, Java's sum "
+                   f"{PY.add(now_v, delay_v)}", witness={"largest_accepted_deadline": limit, "now": now_v,
+                                                         "delay_ms": delay_v}, traces={"counterexample": trace})
 
 
 @obligation("wheel.kafka.end_of_time", kind="finding", expect=REFUTED,
@@ -1169,10 +1308,10 @@ def model_top_level(mutated: bool = False) -> Outcome:
     (u, n, c, E), hyps = placement_setting(EXACT, top=True)
     hyps = hyps[:2] + [z3.Not(E < c + u), E <= LONG_MAX]  # top level: the window test is what is being proved
     _, slot, b = arithmetic.place(E, u, n)
-    placed = prove(hyps, z3.And(E < c + u * n, slot >= 0, slot < n, c < b, b <= E, E - u < b))
+    placed = decide(hyps, z3.And(E < c + u * n, slot >= 0, slot < n, c < b, b <= E, E - u < b),
+                    METHOD_EXACT + " + lemmas", {"u": u, "n": n, "c": c, "E": E})
     alias, results, ok = aliasing_query(EXACT, top=True, arithmetic=arithmetic)
-    worst = placed if placed.status != PROVED else alias
-    return verdict(worst, METHOD_EXACT + " + lemmas", results, ok)
+    return placed if placed.status != PROVED else alias
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -46,7 +46,7 @@ SLOW = ["spark/test_*.py", "examples/test_*.py", "conformance/test_kafka_release
         "external/test_npm_timer_wheel.py", "mutants/test_*.py", "specs/test_specs_obligations.py",
         "specs/test_specs_refutations.py", "specs/test_specs_interleaving.py", "conformance/test_vectors.py",
         "conformance/test_matrix_vectors.py", "conformance/test_interruption.py", "conformance/test_reproducible.py",
-        "live/test_record_broker.py"]
+        "live/test_record_broker.py", "specs/test_breakages.py"]
 
 
 @pytest.hookimpl(tryfirst=True)  # before `-m` deselects

@@ -1,11 +1,58 @@
-"""The symbolic transition relation of specs/purgatory.py agrees with model/ on random traces."""
+"""The symbolic transition relation of specs/purgatory.py agrees with model/ on random traces: longer runs and a
+wider wheel (20 buckets) than refinement.purgatory enumerates exhaustively (tests/specs/test_specs_refinement.py)."""
 
 import random
 
 import pytest
 
 from kpurgatory.model import vocabulary as v
-from kpurgatory.specs.purgatory import NO_CANCEL_KINDS, crosscheck, random_commands, random_params
+from kpurgatory.specs.purgatory import ALL_KINDS, CANCEL, NO_CANCEL_KINDS, SHAPE, crosscheck
+
+def random_commands(rng: random.Random, length: int, *, kinds=ALL_KINDS) -> list[v.Command]:
+    """A random well-formed command sequence over the bounded ops and keys (with watched/delayed queries)."""
+    out: list[v.Command] = []
+    created: list[str] = []
+    now = 0
+    for _ in range(length):
+        choice = rng.random()
+        if choice < 0.3 or not created:
+            op = rng.choice(SHAPE.op_names)
+            keys = rng.choice([["k0"], ["k1"], ["k0", "k1"], ["k1", "k0"], ["k0", "k0"], ["k1", "k0", "k1"]])
+            if op in created:
+                out.append(v.Watch(op, keys))
+            else:
+                out.append(v.Watch(op, keys, rng.randint(1, 6), rng.choice([None, None, 1, 2, 3])))
+                created.append(op)
+            continue
+        kind = rng.choice(["set_ready", "check", "check", "cancel_key", "force", "try", "cancel", "advance",
+                           "advance", "watched", "delayed"])
+        if kind in ("cancel_key", "cancel") and CANCEL not in kinds:
+            kind = "check"
+        op = rng.choice(created)
+        if kind == "set_ready":
+            out.append(v.SetReady(op))
+        elif kind == "check":
+            out.append(v.Check(rng.choice(SHAPE.key_names)))
+        elif kind == "cancel_key":
+            out.append(v.CancelKey(rng.choice(SHAPE.key_names)))
+        elif kind == "force":
+            out.append(v.Force(op))
+        elif kind == "try":
+            out.append(v.Try(op))
+        elif kind == "cancel":
+            out.append(v.Cancel(op))
+        elif kind == "advance":
+            now += rng.choice([0, 1, 1, 2, 3, 5])
+            out.append(v.Advance(now))
+        elif kind == "watched":
+            out.append(v.Watched())
+        else:
+            out.append(v.Delayed())
+    return out
+
+
+def random_params(rng: random.Random) -> v.Params:
+    return v.Params(tick_ms=1, wheel_size=rng.choice([2, 3, 20]), start_ms=0, purge_interval=rng.randint(0, 2))
 
 
 @pytest.mark.parametrize("seed", range(6))

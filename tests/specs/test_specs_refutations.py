@@ -94,3 +94,64 @@ def test_kafka_emulation_agrees_with_the_model(seed):
             ran_model = sorted(event.task for event in observation.events if isinstance(event, v.Run))
             assert ran_model == sorted(task for task, _ in kafka.ran[before:])
             assert model.step(v.Size()).result == kafka.pending()
+
+
+def test_a_broken_level_wheel_fails_with_a_small_concrete_run_that_replays():
+    """The composed wheel (symbolic tick, size and levels) with level 1 refusing one tick early: BMC finds the
+    smallest run, names it, and writes a trace the model replays."""
+    from kpurgatory.specs.wheel_levels import levels_not_early
+
+    outcome = levels_not_early(mutated=True)
+    assert outcome.status == "refuted"
+    assert outcome.detail == "tick 1, wheel 2, start 0: add(delay=1) -> E=1, ran at 0"
+    trace = outcome.traces["counterexample"]
+    assert trace.header.params.tick_ms == 1 and trace.header.params.wheel_size == 2
+    assert [type(step.command) for step in trace.steps] == [v.TimerAdd, v.Size]
+    assert replay(trace).ok
+
+
+def test_a_refuted_arithmetic_obligation_names_small_values():
+    from kpurgatory.specs.wheel import refusal_exact
+
+    outcome = refusal_exact(mutated=True)
+    assert outcome.status == "refuted" and outcome.detail.startswith("counterexample: u=")
+    assert set(outcome.witness) == {"u", "n", "c", "E"}
+    assert all(abs(value) <= 8 for value in outcome.witness.values())
+    assert replay(outcome.traces["counterexample"]).ok
+
+
+def test_the_delay_queue_loses_a_bucket_whose_set_expiration_never_reports_a_change():
+    from kpurgatory.specs.wheel_levels import queue_requeue
+
+    assert queue_requeue().status == "proved"
+    outcome = queue_requeue(mutated=True)
+    assert outcome.status == "refuted"
+    assert "entries 1, queued 0x" in outcome.detail
+
+
+def test_a_deleted_clause_of_the_wheel_invariant_fails_with_a_counterexample_to_induction(monkeypatch):
+    """Without "the bucket expires no later than E" the symbolic wheel's invariant is not inductive for
+    wheel.timing.not_late, and the failure shows the values: a state with the entry in a bucket after E, an advance
+    past E that does not release it, and the clause it breaks."""
+    from kpurgatory.specs.core import NOT_INDUCTIVE, render_witness
+    from kpurgatory.specs.wheel import SymbolicWheel, timing_not_late
+
+    clauses = SymbolicWheel.invariant_clauses
+
+    def without_bucket_le_E(self, s):
+        kept = clauses(self, s)
+        del kept["bucket_le_E"]
+        return kept
+
+    monkeypatch.setattr(SymbolicWheel, "invariant_clauses", without_bucket_le_E)
+    outcome = timing_not_late()
+    assert outcome.status == NOT_INDUCTIVE
+    assert outcome.detail.startswith("tick 1, wheel 2, 3 levels: step property fails")
+    pre, command = outcome.witness["pre-state"], outcome.witness["command"]
+    assert pre["added"] and not pre["ran"] and pre["level"] >= 1
+    assert pre["b"] > pre["E"] and pre["D"] <= command["to"] < pre["b"]  # tick 1: late once past D
+    assert all(abs(value) <= 16 for value in pre.values())  # minimised: small enough to read
+    assert command["kind"] == "advance"
+    assert outcome.witness["clause broken"] == ["step property not_late"]
+    lines = render_witness(outcome.witness)
+    assert lines[0].startswith("pre-state: now=") and f"b={pre['b']}" in lines[0]
