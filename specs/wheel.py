@@ -348,6 +348,33 @@ def decide(hypotheses: list, goal, method: str, names: dict[str, Long], lemmas=N
                    witness=values, lemmas=lemmas or [], traces=level_trace(values))
 
 
+def tightened(constraints, model: z3.ModelRef, terms: list) -> tuple[z3.ModelRef, int | None]:
+    """A model of ``constraints`` with every term within the first of `SMALL_BOUNDS` that admits one (``model``
+    and None when none does): a run reads advance(9), not advance(9223372036854748443)."""
+    for limit in SMALL_BOUNDS:
+        small = solver()
+        small.set("rlimit", SMALL_RLIMIT)
+        small.add(*constraints, *[z3.And(x >= -limit, x <= limit) for x in terms])
+        if small.check() == z3.sat:
+            return small.model(), limit
+    return model, None
+
+
+def run_trace(tick: int, size: int, start_ms: int, run: list[tuple[str, int, int]]) -> dict:
+    """A symbolic wheel's run replayed on the model, when the model accepts it (else no trace)."""
+    if start_ms < 0 or any(delay < 0 for kind, delay, _ in run if kind == "add"):
+        return {}
+    commands, now = [], start_ms
+    for number, (kind, delay, to) in enumerate(run):
+        if kind == "add":
+            commands += [v.TimerAdd(f"t{number}", delay), v.Size()]
+        elif to >= now:
+            commands += [v.Advance(to), v.Size()]
+            now = to
+    return {"run": timer_trace("specs.wheel.run", v.Params(tick_ms=tick, wheel_size=size, start_ms=start_ms),
+                               commands, "the symbolic wheel's run replayed on the model")}
+
+
 def level_trace(values: dict) -> dict:
     """The model on a refuted level's values, when they are a wheel the model accepts (else no trace)."""
     u, n, c, E = (values.get(name) for name in ("u", "n", "c", "E"))
@@ -770,15 +797,18 @@ def wheel_obligation(arithmetic: Arithmetic, prop: Callable, depth: int = WHEEL_
             result = sol.check()
             status = undecided(sol)  # read before pop, which forgets why z3 gave up
             if result == z3.sat:
-                model = sol.model()
+                origin = wheel.fresh("0")["now"]
+                model, bound = tightened(sol.assertions(), sol.model(),
+                                         [origin, *[x for _, d, t in commands for x in (d, t)]])
                 run = [("add" if model.eval(k, model_completion=True).as_long() == ADD else "advance",
                         model.eval(d, model_completion=True).as_long(), model.eval(t, model_completion=True).as_long())
                        for k, d, t in commands]
-                start_ms = model.eval(wheel.fresh("0")["now"], model_completion=True).as_long()
+                start_ms = model.eval(origin, model_completion=True).as_long()
                 steps = "; ".join(f"add(delay={d})" if k == "add" else f"advance({t})" for k, d, t in run)
-                return Outcome(REFUTED, f"BMC d={depth}",
+                return Outcome(REFUTED, f"BMC d={depth}" + (f" (times within {bound})" if bound else ""),
                                f"tick {tick}, wheel {size}, start {start_ms}: {steps}",
-                               witness={"tick_ms": tick, "wheel_size": size, "start_ms": start_ms, "run": run})
+                               witness={"tick_ms": tick, "wheel_size": size, "start_ms": start_ms, "run": run},
+                               traces=run_trace(tick, size, start_ms, run))
             sol.pop()
             if result != z3.unsat:
                 return Outcome(status, f"BMC d={depth}", f"tick {tick}, wheel {size}, {levels} levels, step {i + 1}: "
