@@ -835,9 +835,12 @@ def from_vocabulary(commands: Iterable[v.Command]) -> list[Cmd | str]:
     out: list[Cmd | str] = []
     for command in commands:
         if isinstance(command, v.Watch):
+            if command.delay_ms == 0:  # the model expires such an op inside its watch; step() has no such case
+                raise ValueError(f"{command.name} of {command.op} with a delay of 0 is outside the symbolic purgatory")
             mult = tuple(sum(1 for key in command.keys if key == name) for name in SHAPE.key_names)
-            out.append(Cmd(WATCH, SHAPE.op_names.index(command.op), 0, mult, command.delay_ms or 1,
-                           command.ready_on or 0))
+            # a re-watch names no delay: the op keeps its own, and step() reads c.delay only when it creates the op
+            delay = 1 if command.delay_ms is None else command.delay_ms
+            out.append(Cmd(WATCH, SHAPE.op_names.index(command.op), 0, mult, delay, command.ready_on or 0))
         elif isinstance(command, (v.SetReady, v.Force, v.Try, v.Cancel)):
             kind = {v.SetReady: SET_READY, v.Force: FORCE, v.Try: TRY, v.Cancel: CANCEL}[type(command)]
             out.append(Cmd(kind, SHAPE.op_names.index(command.op)))

@@ -93,3 +93,10 @@ def test_duplicates_and_stale_entries():
     commands = [v.Watch("a", ["k0", "k0", "k1"], 5, 3), v.Watched(), v.Check("k0"), v.Watched(), v.Check("k1"),
                 v.Watched(), v.Delayed()]
     assert crosscheck(commands, v.Params(tick_ms=1, wheel_size=20)) == []
+
+
+def test_a_zero_delay_is_refused_not_rounded_up():
+    """The model expires an op of delay 0 inside its watch; the symbolic purgatory has no such case, so a trace with
+    one is refused by name instead of being checked as a delay of 1."""
+    with pytest.raises(ValueError, match="watch of a with a delay of 0 is outside the symbolic purgatory"):
+        crosscheck([v.Watch("a", ["k0"], 0)], v.Params(tick_ms=1, wheel_size=20))

@@ -138,8 +138,11 @@ def test_a_lock_order_inversion_deadlocks_and_says_who_waits_for_whom(outcomes):
     assert mutant.witness["broken"] == [il.BLOCKED]
     assert steps.index("T1:append to k1") < steps.index("T2:read k1's list") < steps.index("T2:visit a")
     assert "T1:append to k2" not in steps
-    assert set(mutant.witness["blocked"]) == {"T1 at find or create k2's list", "T2 at safeTryComplete a",
-                                              "lock of a held by T1", "shard.0 held by T2"}
+    cycle = {"T1 at find or create k2's list", "T2 at safeTryComplete a", "lock of a held by T1", "shard.0 held by T2"}
+    blocked = set(mutant.witness["blocked"])
+    assert cycle <= blocked
+    # z3 may end the run before T3 (cancelForKey of k2) took shard.0: then T3 waits behind the cycle, holding nothing
+    assert all(entry.startswith("T3 at ") for entry in blocked - cycle)
 
 
 def test_a_lock_never_released_is_a_blocked_thread(monkeypatch):
