@@ -7,12 +7,14 @@ from click.testing import CliRunner
 from kpurgatory.conformance.cli import main
 
 
-def test_check_and_prove_leave_the_working_directory_alone(tmp_path):
+def test_check_and_prove_leave_the_working_directory_alone(tmp_path, monkeypatch):
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    monkeypatch.chdir(cwd)
     runner = CliRunner()
-    with runner.isolated_filesystem(temp_dir=tmp_path) as cwd:
-        check = runner.invoke(main, ["check", "--examples", "5", "--steps", "10", "--seed", "1", "--out",
-                                     str(tmp_path / "out")])
-        assert check.exit_code == 0, check.output
-        prove = runner.invoke(main, ["prove", "--jobs", "1", "--only", "wheel.kafka.expiration_wraps"])
-        assert prove.exit_code == 0, prove.output
-        assert os.listdir(cwd) == []
+    check = runner.invoke(main, ["check", "--examples", "5", "--steps", "10", "--seed", "1", "--out",
+                                 str(tmp_path / "out")])
+    assert check.exit_code == 0, check.output
+    prove = runner.invoke(main, ["prove", "--jobs", "1", "--only", "wheel.kafka.expiration_wraps"])
+    assert prove.exit_code == 0, prove.output
+    assert os.listdir(cwd) == []
