@@ -233,24 +233,63 @@ def shows_in_observation(divergence: Divergence) -> bool:
     return divergence.problems[0].startswith("observation")
 
 
-def purgatory_trace(name: str, params: v.Params, divergence: Divergence, mutants: frozenset) -> Trace:
-    """The divergence as a trace: model/'s recording, step()'s answers as the system's where it parts and in the
-    read-outs after it."""
-    readouts = [v.Watched(), v.Delayed(), v.WatcherKeys()]
-    commands = [*divergence.commands, *readouts]
-    with spec.bounded(spec.OPS, spec.KEYS, params.tick_ms):
-        s = spec.initial_state(params.purge_interval)
-        s[("now",)] = params.start_ms
-        answers = []
-        for command in divergence.commands:
+#: read-outs that end a divergence's trace, and how many more commands a divergence in state the read-outs do not
+#: show (the purge estimate) may take to show in what a command returns
+READOUTS = (v.Watched(), v.Delayed(), v.WatcherKeys())
+READOUT_KINDS = tuple(type(readout) for readout in READOUTS)
+SHOWING_DEPTH = 3
+
+
+def steps_from(params: v.Params, commands: tuple, mutants: frozenset) -> tuple[dict, list[v.Observation]]:
+    """step()'s state after ``commands`` from ``params``' initial state, and its answer to each."""
+    s = spec.initial_state(params.purge_interval)
+    s[("now",)] = params.start_ms
+    answers = []
+    for command in commands:
+        obs = None
+        if not isinstance(command, READOUT_KINDS):
             s, obs = spec.step(s, spec.from_vocabulary([command])[0], mutants)
-            answers.append(spec_observation(command, s, obs))
-        answers += [spec_observation(command, s, None) for command in readouts]
+        answers.append(spec_observation(command, s, obs))
+    return s, answers
+
+
+def showing(params: v.Params, divergence: Divergence, mutants: frozenset) -> tuple:
+    """The fewest commands after a divergence in state only that make it show in an answer: none when the
+    read-outs show it, else a shortest continuation whose answers part (within SHOWING_DEPTH; none found, none)."""
+    s, _ = steps_from(params, divergence.commands, mutants)
+    model = replayed("purgatory", params, divergence.commands)
+    if any(unordered(spec_observation(readout, s, None).result) != unordered(model.step(readout).result)
+           for readout in READOUTS):
+        return ()
+
+    def expand(path: tuple, n: dict) -> Iterator[Successor]:
+        for command in purgatory_commands(n, params.tick_ms):
+            system = replayed("purgatory", params, divergence.commands + path)
+            after, problems = purgatory_step(system, n, command, mutants)
+            yield (command, lambda: (canonical(system), tuple(after[key] for key in spec.state_keys())), after,
+                   [problem for problem in problems if problem.startswith("observation")])
+
+    shown, _ = breadth_first(None, s, expand, SHOWING_DEPTH)
+    return () if shown is None else shown.commands
+
+
+def unordered(result: object) -> object:
+    """A read-out's result, its keys in any order."""
+    return sorted(result) if isinstance(result, list) else result
+
+
+def purgatory_trace(name: str, params: v.Params, divergence: Divergence, mutants: frozenset) -> Trace:
+    """The divergence as a trace: model/'s recording, step()'s answers as the system's where it parts and after it
+    (the commands that make a divergence in state show, if the read-outs do not, then the read-outs)."""
+    with spec.bounded(spec.OPS, spec.KEYS, params.tick_ms):
+        commands = (*divergence.commands, *showing(params, divergence, mutants), *READOUTS)
+        _, answers = steps_from(params, commands, mutants)
+    parted = len(divergence.commands) - 1
     recording = model_trace(Header(f"specs.{name}", "purgatory", params, "kpurgatory.model",
-                                   f"model/ and purgatory.step() part at command {len(divergence.commands)}: "
+                                   f"model/ and purgatory.step() part at command {parted + 1}: "
                                    f"{'; '.join(divergence.problems)}. The recording is model/'s, the system's "
-                                   f"answers are step()'s (at that command and in the read-outs)."), commands)
-    return with_answers(recording, len(divergence.commands) - 1, answers[len(divergence.commands) - 1:])
+                                   f"answers are step()'s (from that command on)."), commands)
+    return with_answers(recording, parted, answers[parted:])
 
 
 def with_answers(recording: Trace, last: int, answers: list[v.Observation]) -> Trace:

@@ -4,8 +4,9 @@ For each breakage the package is copied, the edit is made in the copy, and `kpur
 runs on the copy (in a subprocess whose PYTHONPATH puts the copy first, so the copy is what is imported). The
 breakage is caught when prove exits non-zero and an obligation matching its globs does not have its expected result
 (refuted, not inductive, failed), with a counterexample that shows values, not just "z3 found a model". The
-unbroken copy must pass the same globs, so what fails is the edit. A breakage whose obligation stays green is an
-escape: the assertion message names it and what prove said.
+unbroken copy must pass the same globs, so what fails is the edit. When an obligation comparing model/ with the
+encodings catches an edit of model/, its counterexample is a short trace whose replay fails on the broken copy. A breakage whose
+obligation stays green is an escape: the assertion message names it and what prove said.
 """
 
 from __future__ import annotations
@@ -31,6 +32,10 @@ PACKAGES = ("model", "specs", "conformance")
 SKIPPED = shutil.ignore_patterns("__pycache__", "examples", "live", "spark", "*.jar")
 #: a breakage that hangs prove is not caught; this bounds the wait (the slowest narrow subset takes about a minute)
 PROVE_TIMEOUT_S = 900
+#: the project's command line, run by the copy's interpreter
+CLI = "from kpurgatory.conformance.cli import main; main(prog_name='kpurgatory')"
+#: the obligations that compare model/ with the encodings (their refutations are traces of model/ commands)
+REFINEMENT = ("refinement.", "wheel.model.expiration_guard")
 #: what a counterexample shows when it shows values: an assignment (now=3), a command with arguments
 #: (advance(9), Check(key='k1')) or a numbered step of a run ("step 3 Delayed(): symbolic 0, model 1")
 CONCRETE = re.compile(r"\w\s*=\s*[-\w'\"(]|\b\w+\([^()\s][^()]*\)|\bstep \d+")
@@ -68,9 +73,8 @@ def imported_from(root: Path) -> list[str]:
 def prove(root: Path, globs: list[str]) -> tuple[int, dict | None, str]:
     """Run `kpurgatory prove --json --jobs 1 --only ...` on the copy: (exit code, report or None, stderr)."""
     only = [arg for glob in globs for arg in ("--only", glob)]
-    code = "from kpurgatory.conformance.cli import main; main(prog_name='kpurgatory')"
     try:
-        done = subprocess.run([sys.executable, "-c", code, "prove", "--json", "--jobs", "1", "--out",
+        done = subprocess.run([sys.executable, "-c", CLI, "prove", "--json", "--jobs", "1", "--out",
                                str(root / "traces"), *only], cwd=root, env=environment(root), capture_output=True,
                               text=True, timeout=PROVE_TIMEOUT_S)
     except subprocess.TimeoutExpired:
@@ -80,6 +84,12 @@ def prove(root: Path, globs: list[str]) -> tuple[int, dict | None, str]:
     except json.JSONDecodeError:
         report = None
     return done.returncode, report, done.stderr[-2000:]
+
+
+def replay(root: Path, trace: Path) -> int:
+    """`kpurgatory replay TRACE` on the copy: its exit code."""
+    return subprocess.run([sys.executable, "-c", CLI, "replay", str(trace)], cwd=root, env=environment(root),
+                          capture_output=True, timeout=PROVE_TIMEOUT_S).returncode
 
 
 def counterexample(row: dict, via: str) -> str:
@@ -154,3 +164,10 @@ def test_breakage_is_caught(breakage, pristine, tmp_path):
     assert any(readable(row, via) for row in failed), (
         f"UNREADABLE {breakage['id']}: caught by {[row['name'] for row in failed]}, but nothing says what broke with "
         f"values: {[row['name'] + ' ' + counterexample(row, via) for row in failed]}")
+    model_broken = breakage["file"].startswith("model/")
+    for row in (row for row in failed if model_broken and row["name"].startswith(REFINEMENT)):
+        # a divergence of model/ from the encoding is a short trace whose replay fails on the broken model
+        assert row["traces"], f"{breakage['id']}: {row['name']} wrote no trace"
+        for path in map(Path, row["traces"]):
+            assert len(path.read_text().splitlines()) - 1 <= 8, f"{breakage['id']}: {path.name} is not short"
+            assert replay(root, path) == 1, f"{breakage['id']}: {path.name} replays on the broken model"
