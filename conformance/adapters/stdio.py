@@ -35,7 +35,7 @@ from kpurgatory.model.contract import KAFKA
 
 
 #: requests sent alone: the run they start or end must not overlap any other command
-ALONE = ("hello", "init", "shutdown")
+ALONE = ("hello", "init", "shutdown", "batch")
 #: requests that steer gates: answered while others are in flight, never held by a barrier
 CONTROL = ("await_gate", "open_gate")
 #: the concurrent server's worker threads (more than the harness's --threads, so none waits for a worker)
@@ -51,7 +51,7 @@ def handle(system: SystemUnderTest, request: dict, features: tuple[str, ...] = (
         if cmd == "hello":
             hello = system.hello()
             result = {"protocol_version": hello.protocol_version, "implementation": hello.implementation,
-                      "profiles": list(hello.profiles), "features": [*hello.features, *features]}
+                      "profiles": list(hello.profiles), "features": [*hello.features, "batch", *features]}
             if hello.declarations != KAFKA:
                 result["declarations"] = declarations_to_json(hello.declarations)
             if hello.unsupported:
@@ -60,6 +60,8 @@ def handle(system: SystemUnderTest, request: dict, features: tuple[str, ...] = (
         if cmd == "init":
             system.init(args["profile"], v.Params(**args["params"]))
             return {"seq": seq, "result": None, "events": []}
+        if cmd == "batch":
+            return {"seq": seq, "result": batch(system, args["requests"]), "events": []}
         gates = system_gates(system) if "gates" in features else None
         if cmd in CONTROL and gates is not None:
             return {"seq": seq, "events": [], "result": gates.reached(args["gate"]) if cmd == "await_gate" else
@@ -76,6 +78,22 @@ def handle(system: SystemUnderTest, request: dict, features: tuple[str, ...] = (
         return response
     except Exception as error:  # the protocol's answer to "cannot execute": report it, keep serving
         return {"seq": seq, "failure": f"{type(error).__name__}: {error}"}
+
+
+def batch(system: SystemUnderTest, requests: list[dict]) -> list[dict]:
+    """The answers to a batch's requests (specs/protocol.md §3.3): each as it would be answered alone, and after
+    one that failed, ``skipped`` up to the next init."""
+    answers, skipping = [], False
+    for request in requests:
+        skipping = skipping and request["cmd"] != "init"
+        if skipping:
+            answers.append({"skipped": True})
+            continue
+        answer = handle(system, {"seq": 0, **request})
+        del answer["seq"]
+        skipping = "failure" in answer
+        answers.append(answer)
+    return answers
 
 
 def system_gates(system: SystemUnderTest) -> Gates | None:

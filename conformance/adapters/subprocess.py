@@ -46,7 +46,7 @@ from pathlib import Path
 from typing import ClassVar
 
 from kpurgatory.conformance.adapters.gates import GateSpec
-from kpurgatory.conformance.adapters.sut import Hello
+from kpurgatory.conformance.adapters.sut import Hello, Played, play_each
 from kpurgatory.conformance.traces.codec import (MAX_LINE_BYTES, command_to_json, declarations_from_json, decode_line,
                                                  observation_from_json, params_to_json, validate)
 from kpurgatory.model import vocabulary as v
@@ -102,6 +102,11 @@ class AdapterFailed(AdapterError):
     kind = "adapter reported a failure"
 
 
+class AdapterStopped(AdapterTimedOut):
+    """The adapter stopped a call that would not end and said so (a ``hung`` answer): a hang, found at once, that
+    leaves the adapter usable for the next run."""
+
+
 def echoed_seq(line: bytes) -> object:
     """The seq a response line echoes, if it is a JSON object with one (the line is validated later, in full)."""
     try:
@@ -122,6 +127,7 @@ class SubprocessSystem:
 
     def __init__(self, command: str, timeout: float = 10.0):
         self.command, self.timeout = command, timeout
+        self.features: tuple[str, ...] = ()
         self.next_seq = 0
         self.broken: AdapterError | None = None
         #: seq -> where its response line goes (None: the adapter closed its stdout); writing takes ``sending``,
@@ -162,6 +168,7 @@ class SubprocessSystem:
             validate("hello_result", result)
         except ValueError as error:
             raise self._break(ProtocolViolation(f"hello result: {error}")) from None
+        self.features = tuple(result.get("features", ()))
         return Hello(result["implementation"], result["profiles"], result.get("features", ()),
                      result["protocol_version"], declarations_from_json(result.get("declarations", {})),
                      result.get("unsupported_commands", ()))
@@ -173,6 +180,44 @@ class SubprocessSystem:
 
     def step(self, command: v.Command) -> v.Observation:
         return observation_from_json(self.request(command.name, command_to_json(command)["args"]))
+
+    def play(self, profile: str, params: v.Params, commands: list[v.Command]) -> Played:
+        """The run as one ``batch`` request where the adapter takes batches (specs/protocol.md §3.3), else one request
+        at a time. A batch the adapter could not answer at all leaves it broken, as any request would."""
+        if "batch" not in self.features:
+            return play_each(self, profile, params, commands)
+        requests = [{"cmd": "init", "args": {"profile": profile, "params": params_to_json(params)}},
+                    *map(command_to_json, commands)]
+        try:
+            answers = self.request("batch", {"requests": requests})["result"]
+        except AdapterError as error:
+            return Played(init_error=error, batched=True, unanswered=True)
+        what = f"request {self.next_seq - 1} (batch)"
+        if not isinstance(answers, list) or len(answers) != len(requests):
+            raise self._break(ProtocolViolation(f"{what}: expected {len(requests)} answers, got "
+                                                f"{shorten(json.dumps(answers))}"))
+        observed = []
+        for index, (request, answer) in enumerate(zip(requests, answers)):
+            where = f"{what}, answer {index} ({request['cmd']})"
+            try:
+                validate("batch_answer", answer)
+            except ValueError as error:
+                raise self._break(ProtocolViolation(f"{where}: {error}")) from None
+            failed = (AdapterFailed(f"{where}: {answer['failure']}") if "failure" in answer else
+                      AdapterStopped(f"{where}: {answer['hung']}") if "hung" in answer else
+                      ProtocolViolation(f"{where}: skipped, though nothing before it failed") if "skipped" in answer
+                      else None)
+            if isinstance(failed, ProtocolViolation):
+                raise self._break(failed)
+            if index == 0:
+                if failed is not None or answer["result"] is not None or answer["events"]:
+                    return Played(init_error=failed or self._break(ProtocolViolation(
+                        f"{where}: init must answer null with no events")), batched=True)
+                continue
+            if failed is not None:
+                return Played(tuple(observed), failed, batched=True)
+            observed.append(observation_from_json(answer))
+        return Played(tuple(observed), batched=True)
 
     # --- concurrent runs (features concurrent, barrier, gates) ------------------------------------------------
 
@@ -286,6 +331,8 @@ class SubprocessSystem:
         if response["seq"] != seq:
             raise self._break(ProtocolViolation(f"response seq {response['seq']} to {what}: responses must echo "
                                                 f"their request's seq"))
+        if "hung" in response:
+            raise AdapterStopped(f"{what}: {response['hung']}")
         if "failure" in response:
             # the adapter's own words only: what its stderr drain has read by now depends on the machine's speed, and
             # a seeded check writes the same counterexample on any machine

@@ -71,3 +71,46 @@ class SystemUnderTest(Protocol):
 
     def close(self) -> None:
         """Release everything; no call follows."""
+
+
+#: what an in-process system may raise instead of answering: its own exceptions, and its ``sys.exit()`` or
+#: ``raise KeyboardInterrupt`` (a real Ctrl-C is `Interrupted` while a check runs), a crash of the system like any other
+SYSTEM_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
+
+
+@attrs.frozen
+class Played:
+    """What a system did with a run: its observations of the commands it answered, in order, and how it failed to
+    answer the next one (``error``), or init (``init_error``). ``batched``: the run went in one batch.
+    """
+
+    observed: tuple[Observation, ...] = ()
+    error: BaseException | None = None
+    init_error: BaseException | None = None
+    batched: bool = False
+    #: the batch as a whole went unanswered (``init_error`` says how): where in the run the system broke is unknown
+    unanswered: bool = False
+
+
+def play(system: SystemUnderTest, profile: str, params: Params, commands: list[Command], batch: bool = True
+         ) -> Played:
+    """Start a run on ``system`` and send it ``commands`` up to the first it fails to answer: as one batch where
+    the system takes batches (a ``play`` method of its own) unless ``batch`` is False, else one at a time."""
+    if batch and callable(getattr(system, "play", None)):
+        return system.play(profile, params, commands)
+    return play_each(system, profile, params, commands)
+
+
+def play_each(system: SystemUnderTest, profile: str, params: Params, commands: list[Command]) -> Played:
+    """`play`, one call at a time."""
+    try:
+        system.init(profile, params)
+    except SYSTEM_ERRORS as error:
+        return Played(init_error=error)
+    observed = []
+    for command in commands:
+        try:
+            observed.append(system.step(command))
+        except SYSTEM_ERRORS as error:
+            return Played(tuple(observed), error)
+    return Played(tuple(observed))

@@ -25,7 +25,7 @@ import threading
 import time
 from typing import Callable, Iterator, TypeVar
 
-from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.adapters.sut import SYSTEM_ERRORS, Hello, Played, SystemUnderTest
 from kpurgatory.conformance.adapters.subprocess import AdapterTimedOut
 from kpurgatory.model import vocabulary as v
 
@@ -57,6 +57,47 @@ class TimedSystem:
 
     def step(self, command: v.Command) -> v.Observation:
         return self._call(command.name, lambda: self.system.step(command))
+
+    def play(self, profile: str, params: v.Params, commands: list[v.Command]) -> Played:
+        """The whole run on the system's thread in one hand-off, each call still bounded by ``timeout``: the worker
+        says which call is under way and since when, and the caller waits for the run's end or that call's limit,
+        whichever comes first."""
+        if self.broken is not None:
+            return Played(init_error=self.broken)
+        observed: list[v.Observation] = []
+        under_way = ["init", time.monotonic()]
+
+        def run() -> Played:
+            try:
+                self.system.init(profile, params)
+            except SYSTEM_ERRORS as error:
+                return Played(init_error=error, batched=True)
+            for command in commands:
+                under_way[:] = command.name, time.monotonic()
+                try:
+                    observed.append(self.system.step(command))
+                except SYSTEM_ERRORS as error:
+                    return Played(tuple(observed), error, batched=True)
+            return Played(tuple(observed), batched=True)
+
+        answer: queue.SimpleQueue[tuple[bool, object]] = queue.SimpleQueue()
+        self.calls.put((run, answer))
+        wait = self.timeout
+        while True:
+            try:
+                return answer.get(timeout=wait)[1]
+            except queue.Empty:
+                what, started = under_way
+                wait = started + self.timeout - time.monotonic()
+                if wait > 0:
+                    continue
+                done = tuple(observed)
+                self._abandon(AdapterTimedOut(f"no answer to {what} within {self.timeout:g} s; interrupted it"))
+                return (Played(init_error=self.broken, batched=True) if what == "init" else
+                        Played(done, self.broken, batched=True))
+            except BaseException:  # the caller was interrupted: the run may never end
+                self._abandon(AdapterTimedOut(f"{under_way[0]} was interrupted before it answered"))
+                raise
 
     def close(self) -> None:
         """Close the system on its thread, unless it hung (then nothing more is asked of it, and its thread is left

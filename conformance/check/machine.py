@@ -1,33 +1,28 @@
-"""The conformance state machine: Hypothesis drives the reference model and a system under test side by side.
+"""Runs drawn from the model, then judged: the heart of `kpurgatory check`.
 
-Each rule is one command of the protocol. It runs on the model first (the oracle, and the judge of whether the
-command is well formed: a `CommandError` there is a bug in these rules, and propagates as one), then on the system,
-and the system's observation is checked exactly as `kpurgatory replay` checks it (`replay.StepChecker`: the
-model's observation at level ``exact``, the contract properties as an invariant at both levels). The first failing
-step raises `Divergence`, which Hypothesis shrinks; the steps it carries are the model's observations, so the shrunk
-counterexample is a test vector in the trace format.
+A run is drawn against the reference model alone (`RunBuilder`): each rule is one kind of step, it draws its
+arguments from the model's state (`conformance.check.strategies`: small wheels, clock origins over the whole 64-bit
+range, delays at level boundaries, deadlines and advances on every comparison of the wheel's add and at
+Long.MAX_VALUE; advances to a pending deadline or a millisecond either side of it; ops that are still waiting), runs
+the command on the model and records the model's observation, what Kafka's own timer does there
+(`findings.KafkaShadow`) and the coverage reached. Runs respect the system's declared delay domain: an input it
+leaves undefined is never sent (a delay is moved to the domain's edge, a re-add that would leave it is skipped), and
+the clock stays within its maximum deadline. A rule whose command the system's hello lists as unsupported (a Kafka
+release without the call) is never chosen.
 
-Bundles hold what commands refer to (timer tasks, ops, keys), so Hypothesis can shrink a run by deleting steps
-without leaving dangling ids. Parameters are drawn in an initialize rule; delays and clock gaps are drawn against
-them and the clock (`conformance.check.strategies`: small wheels, clock origins over the whole 64-bit range, delays
-at level boundaries, deadlines and advances at power-of-two and interval boundaries and at Long.MAX_VALUE). A few
-rules look at the model's state to reach what uniform draws rarely do: an advance to a pending deadline or a
-millisecond either side of it (where early and late firing show), and ops that are still waiting (made ready and
-checked, or watched again). Runs respect the system's declared delay domain: an input it leaves undefined is never
-sent (a delay is moved to the domain's edge, a re-add that would leave it is skipped), and the clock stays within
-its maximum deadline. A rule whose command the system's hello lists as unsupported (a Kafka release without the
-call) is never chosen. Whether a run ends with ``shutdown`` is decided up front and done in teardown, since no
-command may follow it.
+Since nothing the system answers steers a run, the whole run is known before it is sent: `judge` sends it in one
+batch to a system that takes batches (an adapter with the protocol's ``batch`` feature, an in-process system on its
+worker thread) and compares each answer exactly as `kpurgatory replay` does (`replay.StepChecker`: the model's
+observation at level ``exact``, the contract properties as an invariant at both levels). The first failing step ends
+the run with a `Divergence`; the steps it carries are the model's observations, so a counterexample is a test vector
+in the trace format. A step whose system fails to answer (raises, crashes, hangs past its time limit or says itself
+that the call would not end, breaks the protocol) fails like a divergence, with a signature of its own; a dead system
+is replaced by a fresh one (`Session.renew`) before the next run. A step in the input class of a known Kafka finding
+that Kafka hangs on (`findings.foreseen`) is not even sent.
 
-`Session` is what outlives one example: the system (initialised afresh per example), the coverage and counts of the
-check, and the signatures already reported (`conformance.check.findings`). A step whose system fails to answer —
-raises, crashes, hangs past its time limit, breaks the protocol — fails like a divergence, with a signature of its
-own, and Hypothesis shrinks it the same way; a dead system (crashed, hung) is replaced by a fresh one (`Session.renew`)
-before the next example, so it never poisons the runs after it. A run that fails with a signature already reported
-ends there and passes: exploration goes on to other bugs (`conformance.check.sequential.explore`); a step in the
-input class of a known Kafka finding that Kafka hangs on (`findings.foreseen`, judged by Kafka's timer run beside the
-model's, `findings.KafkaShadow`) is not even sent, so it costs neither a time limit nor a fresh system. Only a system
-that cannot be made afresh raises `Abort`, which ends the check.
+`Session` is what outlives one run: the system, the coverage and counts of the check, and the signatures already
+reported (`conformance.check.findings`). Only a system that cannot be made afresh raises `Abort`, which ends the
+check.
 """
 
 from __future__ import annotations
@@ -36,21 +31,20 @@ import time
 from typing import Callable, ClassVar
 
 import attrs
-from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, precondition, rule
 
-from kpurgatory.conformance.check import findings, strategies
 from kpurgatory.conformance.adapters.subprocess import AdapterError
+from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest, play
 from kpurgatory.conformance.adapters.timed import TimeLimit, limited
-from kpurgatory.conformance.cli import Interrupted
-from kpurgatory.conformance.check.findings import Finding, Signature
+from kpurgatory.conformance.check import findings, strategies
+from kpurgatory.conformance.check.choices import Choices, SeededChoices, pick, roll
 from kpurgatory.conformance.check.coverage import Before, Coverage, clocks_of, entry_places
-from kpurgatory.conformance.traces.replay import SYSTEM, StepChecker, StepOutcome, format_command
-from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
+from kpurgatory.conformance.check.findings import Finding, Signature
+from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.traces.codec import Header, Step, Trace
+from kpurgatory.conformance.traces.replay import SYSTEM, StepChecker, StepOutcome, format_command
 from kpurgatory.model import Model
-from kpurgatory.model.machine import CommandError
 from kpurgatory.model import vocabulary as v
+from kpurgatory.model.machine import CommandError
 
 
 #: a hang, found under the full time limit, is shrunk under the same limit (a shorter one derived from the answers'
@@ -62,11 +56,10 @@ HANG_BUDGET = 8
 #: limit is five minutes of wall-clock time (`conformance.check.sequential.without_shrink_time_limit`), so that a loaded
 #: machine shrinks exactly as far as a quiet one. Shrinking a failure typically takes a few hundred runs
 SHRINK_BUDGET = 5000
+#: a Kafka finding is named and known before it is shrunk: its shrinking gets this much of the budget at most
+FINDING_SHRINK_BUDGET = 500
 
 
-#: what an in-process system may raise instead of answering: its own exceptions, and its ``sys.exit()`` or
-#: ``raise KeyboardInterrupt`` (a real Ctrl-C is `Interrupted` while a check runs), a crash of the system like any other
-SYSTEM_ERRORS = (Exception, SystemExit, KeyboardInterrupt)
 #: the signature kind of a run the reference model itself failed on
 REFERENCE_BROKE = "reference broke"
 
@@ -122,9 +115,8 @@ class ReferenceBroke(Stop):
 
 @attrs.define(eq=False)
 class Session:
-    """One check of one profile: the system and what the examples so far reached. A check explores in rounds, each
-    ending at a new failure that Hypothesis then shrinks; counts stop at a round's failure, and what runs after it
-    is shrinking (``shrink_runs``)."""
+    """One check of one profile: the system and what the runs so far reached. Exploration counts ``examples`` and
+    ``steps``; what runs after a failure to make it smaller is shrinking (``shrink_runs``)."""
 
     factory: Callable[[], SystemUnderTest]
     system: SystemUnderTest
@@ -138,96 +130,55 @@ class Session:
     shrink_runs: int = 0
     started: float = attrs.field(factory=time.monotonic)
     first_failure_s: float | None = None
-    #: this round's first failing example is over: what runs now is Hypothesis shrinking it
+    #: a failure is being shrunk
     shrinking: bool = False
+    #: a run of this check failed with a new signature, and the first such run
     failing: bool = False
-    #: the shortest divergence of this round, for when the final replay of the shrunk one does not reproduce it
     shortest: Divergence | None = None
-    #: this round's first failure, as found (before shrinking)
-    first: Divergence | None = None
     #: signatures reported so far -> how many later runs failed with them again (and passed, so as to go on)
     known: dict[Signature, int] = attrs.Factory(dict)
     #: runs that may hang while a failure is shrunk, and while exploring after it (`HANG_BUDGET`)
     hang_budget: int = HANG_BUDGET
-    #: runs Hypothesis may spend shrinking one round's failure (`SHRINK_BUDGET`), and those it spent on this one
+    #: runs Hypothesis may spend shrinking one failure (`SHRINK_BUDGET`)
     shrink_budget: int = SHRINK_BUDGET
-    round_shrink_runs: int = 0
     #: runs of the corpus's failing runs replayed before exploration (`conformance.check.corpus`)
     corpus_runs: int = 0
-    #: runs that hung while this round's failure was shrunk, and while exploring with their failure already reported
-    shrink_hangs: int = 0
+    #: runs that hung with their failure already reported, while exploring
     hangs_again: int = 0
-    #: the reference model's time limit per step (None: none), as the system's calls have one
+    #: the reference model's time limit per run (None: none), as the system's calls have one
     model_timeout: float | None = None
-    #: the signal that interrupted the check (SIGINT, SIGTERM): every later step raises `Interrupted` again, so an
-    #: interruption that something on the way swallowed still ends the check at the next step
+    #: the signal that interrupted the check (SIGINT, SIGTERM): every later run raises `Interrupted` again, so an
+    #: interruption that something on the way swallowed still ends the check at the next run
     interrupted: str | None = None
-    #: Hypothesis runs examples (`conformance.check.sequential.explore`)
+    #: runs are being explored (`conformance.check.sequential.explore`)
     exploring: bool = False
-    #: the watcher shard the next run's keys start from (`move_key_home`)
-    key_home: int | None = None
     #: why exploration ended before its budget (`Cut`)
     cut_short: str | None = None
 
     def __attrs_post_init__(self) -> None:
         self.coverage = Coverage(self.profile, self.hello.declarations.watcher_shards)
 
-    def new_round(self) -> None:
-        self.failing = self.shrinking = False
-        self.move_key_home()
-        self.shortest = self.first = None
-        self.shrink_hangs = self.round_shrink_runs = 0
+    def key_home(self, run: int) -> int:
+        """The watcher shard run number ``run``'s keys start from (`strategies.draw_run_keys`): a block of
+        `strategies.KEYS_PER_RUN` further on per run, from k0's, so that a check uses every shard of the system
+        however many of its keys a run leaves unused, and a run's keys depend on its number alone."""
+        shards = self.hello.declarations.watcher_shards
+        return (shards.shard("k0") + run * strategies.KEYS_PER_RUN) % shards.count
 
-    def failed(self, stop: Divergence) -> None:
-        """Record this round's failure ``stop``; raises `Cut` when it is one hang too many while shrinking."""
-        if self.first_failure_s is None:
-            self.first_failure_s = time.monotonic() - self.started
-        if not self.failing:
-            self.first = stop
-        self.failing = True
-        if stop.signature == self.first.signature and (self.shortest is None
-                                                       or len(stop.steps) <= len(self.shortest.steps)):
-            self.shortest = stop
-        if stop is not self.first and stop.signature.kind == "hung":
-            self.hung()
-
-    def hung(self) -> None:
-        """Count a run that hung (but for a round's first failure, the hang found); raises `Cut` when the budget is
+    def hung_again(self) -> None:
+        """Count an explored run that hung with its failure already reported; raises `Cut` when the budget is
         spent."""
-        if self.failing:
-            self.shrink_hangs += 1
-            if self.shrink_hangs >= self.hang_budget:
-                raise Cut(f"shrinking stopped after {self.shrink_hangs} runs that hung")
-        else:
-            self.hangs_again += 1
-            if self.hangs_again >= self.hang_budget:
-                raise Cut(f"exploration stopped after {self.hangs_again} runs that hung with a failure already "
-                          f"reported", final=True)
+        self.hangs_again += 1
+        if self.hangs_again >= self.hang_budget:
+            raise Cut(f"exploration stopped after {self.hangs_again} runs that hung with a failure already reported",
+                      final=True)
 
     def go_on(self) -> None:
         """Raise `Interrupted` again if the check was interrupted (sticky: see ``interrupted``)."""
         if self.interrupted is not None:
             raise Interrupted(self.interrupted)
 
-    def move_key_home(self) -> None:
-        """Move the watcher shard the next run's keys start from (`strategies.run_keys`) on by a block of
-        `strategies.KEYS_PER_RUN`, and on to the first shard no run has used yet, so that a check uses every shard
-        of the system however many of its keys a run leaves unused. The first run starts at k0's shard."""
-        shards = self.hello.declarations.watcher_shards
-        if self.key_home is None:
-            self.key_home = shards.shard("k0")
-            return
-        start = self.key_home + strategies.KEYS_PER_RUN
-        unused = (shard % shards.count for shard in range(start, start + shards.count)
-                  if shard % shards.count not in self.coverage.shards_hit)
-        self.key_home = next(unused, start % shards.count)
-
-    def best_so_far(self) -> Divergence | None:
-        """This round's failure as far as it was shrunk (None: none was found): the shortest run that failed with its
-        signature."""
-        return self.shortest or self.first
-
-    def renew(self, params: v.Params) -> None:
+    def renew(self, params: v.Params | None) -> None:
         """A fresh system in place of a dead one (``broken``: a crashed, hung or garbled adapter, a hung in-process
         system); one that raised or answered ``failure`` is only initialised afresh, as after any run."""
         if getattr(self.system, "broken", None) is None:
@@ -243,201 +194,146 @@ class Session:
             summary = f"could not make a fresh system after a failure: {error}"
             raise Abort(params, [], [], summary, Signature("restart failed", "", ""), summary) from None
 
-    def example_done(self, steps: int) -> None:
-        """Count the example just run; raises `Cut` when it spent the last run of the shrink budget."""
-        if self.shrinking:
-            self.shrink_runs += 1
-            self.round_shrink_runs += 1
-        else:
-            self.examples += 1
-            self.steps += steps
-            self.shrinking = self.failing
-            if not self.failing:  # a failing run keeps its keys while it is shrunk
-                self.move_key_home()
+    def example_done(self, run: Drawn) -> None:
+        """Count an explored run."""
+        self.examples += 1
+        self.steps += len(run.steps)
         if self.on_example is not None:
             self.on_example(self)
-        if self.shrinking and self.round_shrink_runs >= self.shrink_budget:
-            raise Cut(f"the shrink budget of {self.shrink_budget} runs was spent")
+
+    def shrink_run_done(self) -> None:
+        """Count a run spent shrinking."""
+        self.shrink_runs += 1
+        if self.on_example is not None:
+            self.on_example(self)
 
 
-def sends(*names: str):
-    """The precondition of a rule that sends the commands ``names``: the system can execute them all."""
-    return precondition(lambda self: self.session.hello.unsupported.isdisjoint(names))
+@attrs.define(eq=False)
+class Drawn:
+    """A run drawn against the model: its parameters, its steps (each command with the model's observation), what
+    Kafka's timer does at each step (`findings.KafkaShadow`; None: what the model does) and the choices that drew it
+    (empty for a run given as commands). ``sendable`` steps are sent to the system: the rest follow a step in the
+    input class of a known finding that hangs (``foreseen``), which need not be sent to know how it ends."""
+
+    profile: str
+    params: v.Params
+    steps: list[Step] = attrs.Factory(list)
+    edges: list[findings.Edge | None] = attrs.Factory(list)
+    choices: tuple[int, ...] = ()
+    sendable: int | None = None
+    foreseen: Finding | None = None
+
+    @property
+    def sent(self) -> list[Step]:
+        return self.steps if self.sendable is None else self.steps[:self.sendable]
 
 
-class ConformanceMachine(RuleBasedStateMachine):
-    """Rules and checking shared by both profiles; `machine_class` binds a `Session`."""
+class RunBuilder:
+    """Draws one run against the model, rule by rule: each rule is one kind of step (one command, or a few that
+    reach a situation together), enabled when its precondition holds on the model's state and the system can be sent
+    its commands. Each run first enables a random subset of the rules (swarm testing: a run that never cancels
+    reaches deep wheels that cancels would empty), then draws its length in rules, mostly the longest, and each rule
+    among those enabled. Nothing the system answers steers a run: runs can be drawn before they are sent, in
+    batches and on any number of cores."""
 
-    session: ClassVar[Session]
     profile: ClassVar[str]
     #: the commands that only read the state
     READS: ClassVar[tuple[v.Command, ...]]
     #: the command that puts a new entry on the timer (`add_entry`)
     ADD: ClassVar[str]
 
-    def __init__(self) -> None:
-        super().__init__()
-        self.model: Model | None = None
-        self.steps: list[Step] = []
-        self.outcomes: list[StepOutcome] = []
-        self.ends_with_shutdown = False
-        #: the system is sent nothing more: the run failed, or reached a known failure
-        self.stopped = False
-        #: this run's failure, raised when the run has drawn all its steps (`fail`)
-        self.failure: Divergence | None = None
-        #: Kafka's timer beside the model's, and what it does on the step under way (None: what the model does)
-        self.kafka = findings.KafkaShadow()
-        self.edge: findings.Edge | None = None
-
-    def begin(self, params: v.Params, ends_with_shutdown: bool) -> None:
-        session = self.session
-        self.params, self.ends_with_shutdown = params, ends_with_shutdown
-        self.model = Model(self.profile, params, session.hello.declarations.release)
-        self.checker = StepChecker(SYSTEM, Trace(Header("check", self.profile, params), ()), session.level,
-                                   session.hello.declarations)
-        self.declarations = session.hello.declarations
+    def __init__(self, session: Session, choices: Choices, coverage: Coverage | None = None):
+        self.session, self.choices, self.coverage = session, choices, coverage
+        self.hello = session.hello
+        self.declarations = self.hello.declarations
         #: the clock never passes the latest deadline the system accepts
         self.clock_limit = self.declarations.max_deadline_ms
-        self.gaps = strategies.gaps(params)
-        readable = [command for command in self.READS if session.hello.drives(command)]
-        self.reads = st.sampled_from(readable) if readable else None
-        session.go_on()
-        session.renew(params)
-        try:
-            session.system.init(self.profile, params)
-        except SYSTEM_ERRORS as error:
-            self.failed_to_answer(None, None, error)
+        self.reads = [command for command in self.READS if self.hello.drives(command)]
+        self.kafka = findings.KafkaShadow()
+
+    def draw(self, max_steps: int, key_home: int | None) -> Drawn:
+        """A run of at most ``max_steps`` commands; a purgatory run's keys start at watcher shard ``key_home``."""
+        choices = self.choices
+        params = strategies.draw_params(choices, self.profile, self.declarations)
+        ends_with_shutdown = bool(roll(choices, 2)) and "shutdown" not in self.hello.unsupported
+        self.begin(params)
+        self.start(key_home)
+        rules = [rule for rule, names in self.rules() if self.hello.unsupported.isdisjoint(names)]
+        enabled = [rule for rule in rules if choices.integer(0, 4) < 4]  # 0-3: on, so a shrunk run has them all
+        length = choices.integer(1, max_steps, usual=max_steps)
+        for _ in range(length):
+            if len(self.run.steps) >= max_steps - ends_with_shutdown:
+                break
+            applicable = [rule for rule in enabled if rule.applies(self)] or [rule for rule in rules
+                                                                              if rule.applies(self)]
+            with choices.step():
+                pick(choices, applicable).draw(self)
+        if ends_with_shutdown:
+            self.execute(v.Shutdown())
+        return self.run
+
+    def begin(self, params: v.Params) -> None:
+        self.params = params
+        self.model = Model(self.profile, params, self.declarations.release)
+        self.run = Drawn(self.profile, params)
+
+    def start(self, key_home: int | None) -> None:
+        """What a profile draws before its steps."""
+
+    def rules(self) -> list[tuple[Rule, tuple[str, ...]]]:
+        """The profile's rules, each with the commands it sends."""
+        return [(rule, rule.sends) for rule in RULES[self.profile]]
 
     def execute(self, command: v.Command) -> None:
-        """Run ``command`` on the model and the system and check the system's observation. After a failure the
-        system is sent nothing more, but the model still runs the rest of the run's rules, so what a run draws
-        depends on its choices and the model alone, never on where the system failed (`fail`)."""
-        if self.stopped:
-            self.expect(command)
-            return
-        session = self.session
-        session.go_on()
-        before = None if session.failing else Before.of(self.model, command)
+        """Run ``command`` on the model and record it as the run's next step, with what Kafka's timer does there;
+        a step after a foreseen known hang is recorded but not sent."""
+        coverage = self.coverage
+        before = Before.of(self.model, command) if coverage is not None else None
         self.kafka.before(self.model, command)
-        expected = self.expect(command)
-        self.edge = self.kafka.after(self.model, command, expected)
-        if (known := findings.foreseen(self.edge, command, expected, session.known)) is not None:
-            self.stopped = True  # a known hang: sending the step would cost a time limit and a fresh system
-            session.known[known.signature] += 1
-            return
-        self.steps.append(Step(len(self.steps) + 1, command, expected))
-        try:
-            observed = session.system.step(command)
-        except SYSTEM_ERRORS as error:
-            self.failed_to_answer(command, expected, error)
-            return
-        failures = self.checker.check(command, expected, observed)
-        self.outcomes.append(StepOutcome(len(self.steps), command, expected, None, observed, tuple(failures)))
-        if before is not None:
-            session.coverage.record(self.model, command, expected, before)
-        if failures:
-            self.fail(f"step {len(self.steps)} ({format_command(command)}): " + "; ".join(map(str, failures)),
-                      findings.failure_signature(command, failures[0].what), command, expected, observed, None)
+        self.current = command
+        expected = self.model.step(command)
+        edge = self.kafka.after(self.model, command, expected)
+        run = self.run
+        run.steps.append(Step(len(run.steps) + 1, command, expected))
+        run.edges.append(edge)
+        if run.sendable is None and (known := findings.foreseen(edge, command, expected,
+                                                                 self.session.known)) is not None:
+            run.sendable, run.foreseen = len(run.steps) - 1, known
+        if coverage is not None:
+            coverage.record(self.model, command, expected, before)
 
-    def expect(self, command: v.Command) -> v.Observation:
-        """The model's observation of ``command``, within the reference's time limit. A model that hangs or raises
-        (but for `CommandError`: these rules sent a malformed command, which `rerun` relies on) ends the check with
-        `ReferenceBroke`: no verdict about the system can rest on it."""
-        try:
-            with limited(self.session.model_timeout):
-                return self.model.step(command)
-        except CommandError:
-            raise
-        except (Exception, TimeLimit) as error:
-            failure = (f"hung: no answer within {self.session.model_timeout:g} s" if isinstance(error, TimeLimit)
-                       else f"raised {type(error).__name__}: {error}")
-            summary = (f"step {len(self.steps) + 1} ({format_command(command)}): the reference model {failure}; this "
-                       f"is a bug in kpurgatory, not in the implementation")
-            step = Step(len(self.steps) + 1, command, v.Observation())  # the model has no observation of it
-            raise ReferenceBroke(self.params, [*self.steps, step], self.outcomes, summary,
-                                 Signature(REFERENCE_BROKE, command.name, type(error).__name__), summary) from None
-
-    def failed_to_answer(self, command: v.Command | None, expected: v.Observation | None,
-                         error: BaseException) -> None:
-        """The system raised, or its adapter broke (`AdapterError`), in ``command`` (None: in init): a failure like
-        any other, and shrinkable."""
-        described = str(error) if isinstance(error, AdapterError) else f"{type(error).__name__}: {error}"
-        at, where = ("init", "init") if command is None else (f"step {len(self.steps)}", command.name)
-        self.fail(f"{at}: system failed: {described}", findings.error_signature(where, error), command, expected,
-                  None, error)
-
-    def fail(self, summary: str, signature: Signature, command: v.Command | None, expected: v.Observation | None,
-             observed: v.Observation | None, error: BaseException | None) -> None:
-        """End the run at a failure: raised for Hypothesis to shrink once the run has drawn all its steps (`teardown`),
-        unless its signature is already reported. Were it raised here, the run would stop drawing where the system
-        failed, and a run that went on past the same choices before (its keys then on another watcher shard,
-        `strategies.run_keys`) would make Hypothesis's data generation inconsistent (FlakyStrategyDefinition)."""
-        self.stopped = True
-        failed = summary  # the report's error: a finding is named beside it (`ReplayReport.finding`)
-        finding = findings.recognise(self.edge, command, expected, observed, error)
-        if finding is not None:
-            signature, summary = finding.signature, f"{finding}. {summary}"
-        if signature in self.session.known:
-            self.session.known[signature] += 1
-            if signature.kind == "hung":
-                self.session.hung()
-            return
-        stop = Divergence(self.params, self.steps, self.outcomes, summary, signature,
-                          failed if error is not None else None, finding)
-        self.session.failed(stop)
-        self.failure = stop
-
-    def draw_delay(self, data: st.DataObject) -> int | None:
+    def draw_delay(self) -> int | None:
         """A delay from now, inside what the system declares it promises anything for (None: nothing is)."""
-        delay = data.draw(strategies.delays(self.params, self.model.now_ms, clocks_of(self.model.timer)),
-                          label="delay_ms")
+        delay = strategies.draw_delay(self.choices, self.params, self.model.now_ms, clocks_of(self.model.timer))
         return strategies.declared_delay(delay, self.model.now_ms, self.declarations)
 
     def declared(self, delay_ms: int) -> bool:
         """The system promises something for a delay of ``delay_ms`` from now."""
         return self.declarations.within_domain(self.model.now_ms, delay_ms)
 
-    def teardown(self) -> None:
-        if (self.model is not None and self.ends_with_shutdown and not self.stopped
-                and "shutdown" not in self.session.hello.unsupported):
-            self.execute(v.Shutdown())
-        self.session.example_done(len(self.steps))
-        if self.failure is not None:
-            raise self.failure
-
     # --- rules of both profiles ------------------------------------------------------------------------------
 
-    @sends("advance")
-    @rule(data=st.data())
-    def advance(self, data: st.DataObject) -> None:
-        self.execute(v.Advance(min(self.model.now_ms + data.draw(self.gaps, label="gap"), self.clock_limit)))
+    def advance(self) -> None:
+        gap = strategies.draw_gap(self.choices, self.params)
+        self.execute(v.Advance(min(self.model.now_ms + gap, self.clock_limit)))
 
-    @sends("advance")
-    @rule(data=st.data())
-    def advance_to_boundary(self, data: st.DataObject) -> None:
+    def advance_to_boundary(self) -> None:
         """To the next multiple of a power-of-two tick or of a level's interval, or a millisecond either side: where
         a tick counter carries, a mask wraps, a level's window ends; or where a comparison of the wheel's add changes
-        its answer (`strategies.wheel_edges`)."""
-        to_ms = data.draw(strategies.at_boundaries(self.params, self.model.now_ms, clocks_of(self.model.timer)),
-                          label="to_ms")
+        its answer (`strategies.draw_wheel_edge`)."""
+        to_ms = strategies.draw_boundary(self.choices, self.params, self.model.now_ms, clocks_of(self.model.timer))
         self.execute(v.Advance(min(to_ms, self.clock_limit)))
 
-    @sends("advance")
-    @precondition(lambda self: self.model.timer.size() > 0)
-    @rule(data=st.data())
-    def advance_to_deadline(self, data: st.DataObject) -> None:
+    def advance_to_deadline(self) -> None:
         """To a pending entry's expiration, a millisecond either side or the start of its tick: where early or late
         firing shows."""
         deadlines = sorted({expiration for _, expiration in entry_places(self.model.timer).values()})
-        deadline = data.draw(st.sampled_from(deadlines), label="deadline")
+        deadline = pick(self.choices, deadlines)
         tick_start = deadline - deadline % self.params.tick_ms
-        to_ms = data.draw(st.sampled_from([deadline, deadline - 1, deadline + 1, tick_start]), label="to_ms")
+        to_ms = pick(self.choices, (deadline, deadline - 1, deadline + 1, tick_start))
         self.execute(v.Advance(min(max(to_ms, self.model.now_ms), self.clock_limit)))
 
-    @precondition(lambda self: self.session.hello.unsupported.isdisjoint(("advance", self.ADD))
-                  and self.model.timer.timing_wheel.overflow_wheel is not None)
-    @rule(data=st.data())
-    def meet_at_interval(self, data: st.DataObject) -> None:
+    def meet_at_interval(self) -> None:
         """Two entries into the first wheel's slot of one time ``due``, through the edge of its interval
         (`strategies.interval_meetings`): one with a deadline an interval after ``due``, filed now in a bucket of the
         third wheel or above that falls due at ``due``; one more that fires an interval before ``due``, so the
@@ -448,7 +344,7 @@ class ConformanceMachine(RuleBasedStateMachine):
         dues = strategies.interval_meetings(self.params, self.model.now_ms, clocks_of(self.model.timer))
         if not dues or self.clock_limit < dues[-1]:
             return
-        due = data.draw(st.sampled_from(dues), label="due")
+        due = pick(self.choices, dues)
         interval = self.params.tick_ms * self.params.wheel_size
         for deadline in (due + interval, due - interval):
             self.add_entry(deadline - self.model.now_ms)
@@ -456,37 +352,30 @@ class ConformanceMachine(RuleBasedStateMachine):
         self.add_entry(interval)
         self.execute(v.Advance(due))
 
-    @precondition(lambda self: self.reads is not None)
-    @rule(data=st.data())
-    def read(self, data: st.DataObject) -> None:
-        """The counters and the wheel read-out, in one rule. Hypothesis's choice of rule leans towards those it
-        sorts first, the ones with the fewest arguments: four argument-less reads would crowd out the commands that
+    def read(self) -> None:
+        """The counters and the wheel read-out, in one rule, so that reads do not crowd out the commands that
         change the state."""
-        self.execute(data.draw(self.reads, label="read"))
+        self.execute(pick(self.choices, self.reads))
+
+    def add_entry(self, delay_ms: int) -> None:
+        raise NotImplementedError
 
 
-class TimerMachine(ConformanceMachine):
+class TimerRuns(RunBuilder):
     profile = "timer"
     READS = (v.Size(), v.Wheel(), v.DelayQueue())
     ADD = "timer_add"
-    tasks = Bundle("tasks")
 
-    @initialize(data=st.data(), ends_with_shutdown=st.booleans())
-    def start(self, data: st.DataObject, ends_with_shutdown: bool) -> None:
+    def start(self, key_home: int | None) -> None:
         self.task_delays: dict[str, int] = {}
-        self.begin(data.draw(strategies.params("timer", self.session.hello.declarations), label="params"),
-                   ends_with_shutdown)
 
-    @sends("timer_add")
-    @rule(target=tasks, data=st.data())
-    def add_task(self, data: st.DataObject) -> str:
-        task = f"t{len(self.task_delays)}"
-        delay = self.draw_delay(data)
-        if delay is None:
-            return multiple()
-        self.task_delays[task] = delay
-        self.execute(v.TimerAdd(task, delay))
-        return task
+    def tasks(self) -> list[str]:
+        return list(self.task_delays)
+
+    def add_task(self) -> None:
+        delay = self.draw_delay()
+        if delay is not None:
+            self.add_entry(delay)
 
     def add_entry(self, delay_ms: int) -> None:
         """A new task with ``delay_ms``, if the system promises anything for it."""
@@ -495,86 +384,66 @@ class TimerMachine(ConformanceMachine):
             self.task_delays[task] = delay_ms
             self.execute(v.TimerAdd(task, delay_ms))
 
-    @sends("timer_add")
-    @rule(task=tasks)
-    def add_again(self, task: str) -> None:
+    def add_again(self) -> None:
         """Re-adding a task moves it: its pending entry is replaced and its deadline reset."""
+        task = pick(self.choices, self.tasks())
         if self.declared(self.task_delays[task]):
             self.execute(v.TimerAdd(task, self.task_delays[task]))
 
-    @sends("timer_cancel")
-    @rule(task=tasks)
-    def cancel_task(self, task: str) -> None:
-        self.execute(v.TimerCancel(task))
+    def cancel_task(self) -> None:
+        self.execute(v.TimerCancel(pick(self.choices, self.tasks())))
 
 
-class PurgatoryMachine(ConformanceMachine):
+class PurgatoryRuns(RunBuilder):
     profile = "purgatory"
     READS = (v.Watched(), v.Delayed(), v.Size(), v.Wheel(), v.WatcherKeys(), v.DelayQueue())
     ADD = "watch"
-    ops = Bundle("ops")
-    keys = Bundle("keys")
-    key_lists = st.lists(keys, min_size=1, max_size=4)  # small key pools: shared and duplicate keys are common
 
-    @initialize(data=st.data(), ends_with_shutdown=st.booleans())
-    def start(self, data: st.DataObject, ends_with_shutdown: bool) -> None:
-        self.op_count = 0
-        self.op_delays: dict[str, int] = {}
-        self.begin(data.draw(strategies.params("purgatory", self.session.hello.declarations), label="params"),
-                   ends_with_shutdown)
-
-    @initialize(target=keys, data=st.data())
-    def some_keys(self, data: st.DataObject):
+    def start(self, key_home: int | None) -> None:
         """A few keys, so ops share keys and repeat them, on watcher shards that move on from run to run
-        (`strategies.run_keys`, `Session.move_key_home`). (A rule minting keys would now and then be the only rule
-        Hypothesis's swarm testing enables, and spend whole runs doing nothing.)"""
-        session = self.session
-        keys = strategies.run_keys(session.hello.declarations.watcher_shards, session.key_home)
-        self.run_keys = data.draw(keys, label="keys")
-        return multiple(*self.run_keys)
+        (`strategies.draw_run_keys`, `Session.key_home`)."""
+        self.op_delays: dict[str, int] = {}
+        self.run_keys = strategies.draw_run_keys(self.choices, self.declarations.watcher_shards, key_home)
 
-    @sends("watch")
-    @rule(target=ops, keys=key_lists, ready_on=strategies.READY_ON, data=st.data())
-    def watch_new(self, keys: list[str], ready_on: int | None, data: st.DataObject) -> str:
-        delay = self.draw_delay(data)
-        if delay is None:
-            return multiple()
-        op = f"o{self.op_count}"
-        self.op_count += 1
-        self.op_delays[op] = delay
-        self.execute(v.Watch(op, keys, delay, ready_on))
+    def ops(self) -> list[str]:
+        return list(self.op_delays)
+
+    def keys(self) -> list[str]:
+        """Mostly one key, up to four, with repeats: small key pools make shared and duplicate keys common."""
+        return [pick(self.choices, self.run_keys) for _ in range(self.choices.integer(1, 4))]
+
+    def new_op(self, delay_ms: int) -> str:
+        op = f"o{len(self.op_delays)}"
+        self.op_delays[op] = delay_ms
         return op
+
+    def watch_new(self) -> None:
+        keys, ready_on = self.keys(), pick(self.choices, strategies.READY_ON_CHOICES)
+        delay = self.draw_delay()
+        if delay is not None:
+            self.execute(v.Watch(self.new_op(delay), keys, delay, ready_on))
 
     def add_entry(self, delay_ms: int) -> None:
         """A new op that waits for its deadline, watched on the run's first key, if the system promises anything for
         ``delay_ms``."""
         if self.declared(delay_ms):
-            op = f"o{self.op_count}"
-            self.op_count += 1
-            self.op_delays[op] = delay_ms
-            self.execute(v.Watch(op, [self.run_keys[0]], delay_ms, None))
+            self.execute(v.Watch(self.new_op(delay_ms), [self.run_keys[0]], delay_ms, None))
 
-    @sends("watch")
-    @rule(op=ops, keys=key_lists)
-    def watch_again(self, op: str, keys: list[str]) -> None:
+    def watch_again(self) -> None:
         """The same op object watched again: two more tries, more watch entries, its deadline reset."""
+        op, keys = pick(self.choices, self.ops()), self.keys()
         if self.declared(self.op_delays[op]):
             self.execute(v.Watch(op, keys))
 
-    @sends("watch")
-    @rule(op=ops)
-    def watch_without_keys(self, op: str) -> None:
-        self.execute(v.Watch(op, []))
+    def watch_without_keys(self) -> None:
+        self.execute(v.Watch(pick(self.choices, self.ops()), []))
 
-    @sends("set_ready")
-    @rule(op=ops, ready=strategies.READY)
-    def set_ready(self, op: str, ready: bool) -> None:
-        self.execute(v.SetReady(op, ready))
+    def set_ready(self) -> None:
+        op = pick(self.choices, self.ops())
+        self.execute(v.SetReady(op, pick(self.choices, strategies.READY_CHOICES)))
 
-    @sends("check")
-    @rule(key=keys)
-    def check(self, key: str) -> None:
-        self.execute(v.Check(key))
+    def check(self) -> None:
+        self.execute(v.Check(pick(self.choices, self.run_keys)))
 
     def waiting(self) -> dict[str, list[str]]:
         """Ops watched and not completed -> the keys they are watched on."""
@@ -585,75 +454,199 @@ class PurgatoryMachine(ConformanceMachine):
                     keys[op.op_id].append(key)
         return keys
 
-    # Ops drawn from the bundle are mostly long done; the two rules below pick ops that are still waiting.
+    # Ops picked from all the run's ops are mostly long done; the two rules below pick ops that are still waiting.
 
-    @sends("set_ready", "check")
-    @precondition(lambda self: self.waiting())
-    @rule(data=st.data())
-    def wake(self, data: st.DataObject) -> None:
+    def wake(self) -> None:
         """What a broker does: change what a waiting op waits for, then check a key it is watched on."""
         waiting = self.waiting()
-        op = data.draw(st.sampled_from(sorted(waiting)), label="op")
+        op = pick(self.choices, sorted(waiting))
         self.execute(v.SetReady(op))
-        self.execute(v.Check(data.draw(st.sampled_from(waiting[op]), label="key")))
+        self.execute(v.Check(pick(self.choices, waiting[op])))
 
-    @sends("advance", "watch")
-    @precondition(lambda self: self.waiting())
-    @rule(keys=key_lists, data=st.data())
-    def watch_waiting_again(self, keys: list[str], data: st.DataObject) -> None:
+    def watch_waiting_again(self) -> None:
         """A waiting op watched again, mostly after part of its delay has passed: more entries, another estimate
         increment, and its deadline reset to now + delay (a kept deadline fires early, or sits in another bucket)."""
-        op = data.draw(st.sampled_from(sorted(self.waiting())), label="op")
+        keys = self.keys()
+        op = pick(self.choices, sorted(self.waiting()))
         entry = self.model.ops[op].entry
         if entry is not None and entry.expiration_ms > self.model.now_ms + 1:
-            to_ms = data.draw(st.integers(self.model.now_ms, entry.expiration_ms - 1), label="to_ms")
+            to_ms = self.choices.integer(self.model.now_ms, entry.expiration_ms - 1)
             self.execute(v.Advance(min(to_ms, self.clock_limit)))
         if self.declared(self.op_delays[op]):
             self.execute(v.Watch(op, keys))
 
-    @sends("cancel_key")
-    @rule(key=keys)
-    def cancel_key(self, key: str) -> None:
-        self.execute(v.CancelKey(key))
+    def cancel_key(self) -> None:
+        self.execute(v.CancelKey(pick(self.choices, self.run_keys)))
 
-    @sends("force")
-    @rule(op=ops)
-    def force(self, op: str) -> None:
-        self.execute(v.Force(op))
+    def force(self) -> None:
+        self.execute(v.Force(pick(self.choices, self.ops())))
 
-    @sends("try")
-    @rule(op=ops)
-    def try_complete(self, op: str) -> None:
-        self.execute(v.Try(op))
+    def try_complete(self) -> None:
+        self.execute(v.Try(pick(self.choices, self.ops())))
 
-    @sends("cancel")
-    @rule(op=ops)
-    def cancel(self, op: str) -> None:
-        self.execute(v.Cancel(op))
+    def cancel(self) -> None:
+        self.execute(v.Cancel(pick(self.choices, self.ops())))
 
 
-MACHINES: dict[str, type[ConformanceMachine]] = {"timer": TimerMachine, "purgatory": PurgatoryMachine}
+@attrs.frozen
+class Rule:
+    """One kind of step: ``draw`` draws and executes it on a builder, when ``when`` holds on the builder's state and
+    the system can be sent the commands ``sends``."""
+
+    draw: Callable[[RunBuilder], None]
+    sends: tuple[str, ...]
+    when: Callable[[RunBuilder], bool] | None = None
+
+    def applies(self, builder: RunBuilder) -> bool:
+        return self.when is None or self.when(builder)
 
 
-def machine_class(session: Session) -> type[ConformanceMachine]:
-    """The profile's machine bound to ``session`` (Hypothesis instantiates the class once per example)."""
-    base = MACHINES[session.profile]
-    return type(base.__name__, (base,), {"session": session})
+def pending(builder: RunBuilder) -> bool:
+    return builder.model.timer.size() > 0
+
+
+def overflowing(builder: RunBuilder) -> bool:
+    return builder.model.timer.timing_wheel.overflow_wheel is not None
+
+
+#: both profiles' rules, then each profile's; what a rule sends beyond its own command is listed with it
+COMMON_RULES = (
+    Rule(RunBuilder.advance, ("advance",)),
+    Rule(RunBuilder.advance_to_boundary, ("advance",)),
+    Rule(RunBuilder.advance_to_deadline, ("advance",), pending),
+    Rule(RunBuilder.read, (), lambda builder: bool(builder.reads)),
+)
+RULES: dict[str, tuple[Rule, ...]] = {
+    "timer": COMMON_RULES + (
+        Rule(RunBuilder.meet_at_interval, ("advance", "timer_add"), overflowing),
+        Rule(TimerRuns.add_task, ("timer_add",)),
+        Rule(TimerRuns.add_again, ("timer_add",), TimerRuns.tasks),
+        Rule(TimerRuns.cancel_task, ("timer_cancel",), TimerRuns.tasks),
+    ),
+    "purgatory": COMMON_RULES + (
+        Rule(RunBuilder.meet_at_interval, ("advance", "watch"), overflowing),
+        Rule(PurgatoryRuns.watch_new, ("watch",)),
+        Rule(PurgatoryRuns.watch_again, ("watch",), PurgatoryRuns.ops),
+        Rule(PurgatoryRuns.watch_without_keys, ("watch",), PurgatoryRuns.ops),
+        Rule(PurgatoryRuns.set_ready, ("set_ready",), PurgatoryRuns.ops),
+        Rule(PurgatoryRuns.check, ("check",)),
+        Rule(PurgatoryRuns.wake, ("set_ready", "check"), PurgatoryRuns.waiting),
+        Rule(PurgatoryRuns.watch_waiting_again, ("advance", "watch"), PurgatoryRuns.waiting),
+        Rule(PurgatoryRuns.cancel_key, ("cancel_key",)),
+        Rule(PurgatoryRuns.force, ("force",), PurgatoryRuns.ops),
+        Rule(PurgatoryRuns.try_complete, ("try",), PurgatoryRuns.ops),
+        Rule(PurgatoryRuns.cancel, ("cancel",), PurgatoryRuns.ops),
+    ),
+}
+BUILDERS: dict[str, type[RunBuilder]] = {"timer": TimerRuns, "purgatory": PurgatoryRuns}
+
+
+def draw_run(session: Session, choices: Choices, steps: int, key_home: int | None,
+             coverage: Coverage | None = None) -> Drawn:
+    """One run of ``session``'s profile drawn with ``choices`` against the model (recording ``coverage``)."""
+    builder = BUILDERS[session.profile](session, choices, coverage)
+    return on_the_model(session, builder, lambda: builder.draw(steps, key_home))
+
+
+def given_run(session: Session, params: v.Params, commands: list[v.Command]) -> Drawn:
+    """The run of ``commands`` from ``params``, recorded as `draw_run` records a drawn one."""
+    builder = BUILDERS[session.profile](session, SeededChoices(0))
+
+    def execute() -> Drawn:
+        builder.begin(params)
+        for command in commands:
+            builder.execute(command)
+        return builder.run
+
+    return on_the_model(session, builder, execute)
+
+
+def on_the_model(session: Session, builder: RunBuilder, make: Callable[[], Drawn]) -> Drawn:
+    """``make()``, which runs ``builder``'s commands on the model, within the reference's time limit. A model that
+    hangs or raises (but for `CommandError`: a malformed command, which a bug in the rules draws and a corpus may
+    hold) ends the check with `ReferenceBroke`: no verdict about the system can rest on it."""
+    try:
+        with limited(session.model_timeout):
+            return make()
+    except CommandError:
+        raise
+    except (Exception, TimeLimit) as error:
+        run, command = getattr(builder, "run", None), getattr(builder, "current", None)
+        if run is None or command is None:
+            raise
+        failure = (f"hung: no answer within {session.model_timeout:g} s" if isinstance(error, TimeLimit)
+                   else f"raised {type(error).__name__}: {error}")
+        summary = (f"step {len(run.steps) + 1} ({format_command(command)}): the reference model {failure}; this "
+                   f"is a bug in kpurgatory, not in the implementation")
+        step = Step(len(run.steps) + 1, command, v.Observation())  # the model has no observation of it
+        raise ReferenceBroke(run.params, [*run.steps, step], [], summary,
+                             Signature(REFERENCE_BROKE, command.name, type(error).__name__), summary) from None
+
+
+def judge(session: Session, run: Drawn) -> Divergence | None:
+    """Send ``run`` to the system (in one batch where it takes batches) and compare each answer with the model's;
+    the run's first failure, whatever its signature (None: it passed, or ended at a foreseen known hang). A system
+    that broke mid-batch is made afresh and sent the run again one request at a time, so that the failure names
+    the command that broke it."""
+    session.go_on()
+    session.renew(run.params)
+    sent = run.sent
+    played = play(session.system, run.profile, run.params, [step.command for step in sent])
+    if played.unanswered:
+        session.renew(run.params)
+        played = play(session.system, run.profile, run.params, [step.command for step in sent], batch=False)
+    checker = StepChecker(SYSTEM, Trace(Header("check", run.profile, run.params), ()), session.level,
+                          session.hello.declarations)
+    outcomes: list[StepOutcome] = []
+
+    def failure(summary: str, signature: Signature, at: int, observed: v.Observation | None,
+                error: BaseException | None) -> Divergence:
+        step = sent[at] if at >= 0 else None
+        finding = findings.recognise(run.edges[at] if at >= 0 else None, step and step.command,
+                                     step and step.observation, observed, error)
+        failed = summary
+        if finding is not None:
+            signature, summary = finding.signature, f"{finding}. {summary}"
+        return Divergence(run.params, sent[:at + 1], outcomes, summary, signature,
+                          failed if error is not None else None, finding)
+
+    if played.init_error is not None:
+        return failure(f"init: system failed: {described(played.init_error)}",
+                       findings.error_signature("init", played.init_error), -1, None, played.init_error)
+    for at, step in enumerate(sent):
+        if at == len(played.observed):
+            error = played.error
+            return failure(f"step {step.seq}: system failed: {described(error)}",
+                           findings.error_signature(step.command.name, error), at, None, error)
+        observed = played.observed[at]
+        failures = checker.check(step.command, step.observation, observed)
+        outcomes.append(StepOutcome(step.seq, step.command, step.observation, None, observed, tuple(failures)))
+        if failures:
+            return failure(f"step {step.seq} ({format_command(step.command)}): " + "; ".join(map(str, failures)),
+                           findings.failure_signature(step.command, failures[0].what), at, observed, None)
+    return None
+
+
+def described(error: BaseException) -> str:
+    return str(error) if isinstance(error, AdapterError) else f"{type(error).__name__}: {error}"
 
 
 def rerun(session: Session, params: v.Params, commands: list[v.Command]) -> Divergence | None:
-    """Run ``commands`` from ``params`` as one example, outside Hypothesis; the new failure it ends in, if any (None
-    also when a command is malformed for the model, or the run fails with a signature already reported)."""
-    machine = machine_class(session)()
+    """Run ``commands`` from ``params``, outside exploration; the new failure it ends in, if any (None also when a
+    command is malformed for the model, or the run fails with a signature already reported, or at a foreseen known
+    hang: each counted in ``session.known``)."""
     try:
-        machine.begin(params, ends_with_shutdown=False)
-        for command in commands:
-            if machine.stopped:
-                break
-            machine.execute(command)
+        run = given_run(session, params, commands)
     except CommandError:
         return None
-    return machine.failure
+    stop = judge(session, run)
+    if run.foreseen is not None and stop is None:
+        session.known[run.foreseen.signature] += 1
+        return None
+    if stop is not None and stop.signature in session.known:
+        session.known[stop.signature] += 1
+        return None
+    return stop
 
 
 def minimise(session: Session, stop: Divergence) -> Divergence:

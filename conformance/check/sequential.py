@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import itertools
-import math
 import random
 import shlex
 import signal
@@ -29,14 +27,14 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 from typing import Callable, ClassVar, Iterable, Iterator
-from unittest import mock
 
 import attrs
 import click
 import hypothesis
 from hypothesis import HealthCheck, Phase, Verbosity
-from hypothesis.errors import Flaky
-from hypothesis.stateful import run_state_machine_as_test
+from hypothesis.internal.conjecture.data import Status
+from hypothesis.internal.conjecture.engine import ConjectureRunner
+from hypothesis.internal.escalation import InterestingOrigin
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -49,9 +47,10 @@ from kpurgatory.conformance.check import corpus as shared
 from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.findings import Finding, Signature
-from kpurgatory.conformance.check.machine import (HANG_BUDGET, REFERENCE_BROKE, SHRINK_BUDGET, Abort, Cut,
-                                                  Divergence, ReferenceBroke, Session, Stop, machine_class, minimise,
-                                                  rerun)
+from kpurgatory.conformance.check.choices import ConjectureChoices, SeededChoices
+from kpurgatory.conformance.check.machine import (FINDING_SHRINK_BUDGET, HANG_BUDGET, REFERENCE_BROKE, SHRINK_BUDGET,
+                                                  Abort, Cut, Divergence, Drawn, ReferenceBroke, Session, Stop,
+                                                  draw_run, judge, minimise, rerun)
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.terminal import command_console, counted, markup, safe
@@ -311,39 +310,6 @@ def into_corpus(directory: str | Path, found: Found) -> tuple[Found, bool]:
                             or f"cannot add the counterexample to the corpus {directory}: {error}"), False
 
 
-@contextlib.contextmanager
-def installation_independent():
-    """Hypothesis draws, now and then, a constant found in the source of modules it considers the user's own: files
-    outside site-packages, below the working directory. Which those are depends on how kpurgatory was installed
-    (editable or not), on the working directory and on what happens to be imported, so the same seed would give
-    different runs; collecting them also writes a cache to ``.hypothesis/`` in the working directory. Within this
-    block no module counts as local (Hypothesis's own constants remain), and its constant cache is reset on the way
-    in and out, so what ran before cannot leak in."""
-    from hypothesis.internal.conjecture import providers
-
-    providers.CONSTANTS_CACHE.cache.clear()
-    try:
-        with mock.patch.object(providers, "_get_local_constants", providers.Constants):
-            yield
-    finally:
-        providers.CONSTANTS_CACHE.cache.clear()
-
-
-@contextlib.contextmanager
-def without_shrink_time_limit():
-    """Hypothesis stops shrinking a failure after ``MAX_SHRINKING_SECONDS`` (300 in 6.170) of wall-clock time, so how
-    far a failure is shrunk, and what the check reports, would depend on the machine's speed and load. Within this
-    block it has no time limit: the session's shrink budget, counted in runs, bounds shrinking instead
-    (`machine.Session.example_done`). Its engine's one other use of the clock, to stop generating 10 s after the
-    first bug, applies only with ``report_multiple_bugs``, which `explore` turns off. If an upgrade of Hypothesis
-    renames the constant, this raises AttributeError; tests/conformance/test_reproducible.py fails if it adds
-    another use of the clock that steers what is run."""
-    from hypothesis.internal.conjecture import engine
-
-    with mock.patch.object(engine, "MAX_SHRINKING_SECONDS", math.inf):
-        yield
-
-
 def with_answers(stop: Stop) -> list[Step]:
     """The stop's steps, each with what the system answered, so the trace alone reproduces the failure: its
     observation, or for a last step it failed to answer, how it failed."""
@@ -356,115 +322,150 @@ def with_answers(stop: Stop) -> list[Step]:
 
 def explore(session: Session, examples: int, steps: int, seed: int, max_failures: int,
             replays: Iterable[tuple[v.Params, list[v.Command]]] = ()) -> list[Stop]:
-    """Replay the corpus's runs ``replays``, then run the state machine in rounds; the shrunk failures and findings,
-    in the order found.
+    """Replay the corpus's runs ``replays``, then draw and judge ``examples`` runs; the failures and findings, each
+    shrunk, in the order found.
 
-    Each replayed run that fails with a new signature is minimised by deleting steps (`machine.minimise`; it was
-    shrunk where it was found) and its signature is then known. Hypothesis stops at the first failing example and
-    shrinks it; it cannot go on past a failure within one run (``report_multiple_bugs`` tells bugs apart by
-    exception type and line, and all of ours raise at one line, and it stops generating soon after a failure). So
-    each round ends at one new failure, shrunk; its signature is then known, and the next round, from a seed derived
-    from ``seed`` and the round, runs the rest of the budget with runs that fail with a known signature passing. Each
-    round's failure is then minimised too. Rounds end when the budget is spent, a round passes, ``max_failures``
-    failures are found (findings do not count: there are few kinds), the system cannot be made afresh (`Abort`) or
-    the reference model broke (`ReferenceBroke`), or the check is interrupted (``session.interrupted``).
+    Run number N is drawn from a generator seeded by ``seed`` and N alone (`machine.draw_run`), its watch keys start
+    at the watcher shard of its number (`Session.key_home`), and it is judged on its own (`machine.judge`): so what
+    a run is, and how it ends, depends on the seed and its number, never on what ran before it. The first run that
+    fails with a signature makes it known: later runs that fail with it pass, counted as repeats, so exploration goes
+    on to other bugs. Exploration ends when the budget is spent, ``max_failures`` failures are known (findings do not
+    count: there are few kinds), the system cannot be made afresh (`Abort`) or the reference model broke
+    (`ReferenceBroke`), or the check is interrupted. Then each failure is shrunk from the run that found it
+    (`shrink`). A corpus run that fails with a new signature is minimised by deleting steps (`machine.minimise`).
 
-    Nothing the clock decides steers what is run: Hypothesis draws from the seed, shrinks within a budget of runs
-    (`without_shrink_time_limit`), and a call counts as hung after the fixed time limit only. Nothing found is lost
-    when shrinking is cut short, by an interruption, the shrink budget or the budget of runs that hang
-    (`machine.HANG_BUDGET`): the shortest failing run so far is kept, marked as not fully shrunk."""
+    Nothing the clock decides steers what is run: runs are drawn from the seed, shrinking is bounded by a count of
+    runs, and a call counts as hung after the fixed time limit only. Nothing found is lost when shrinking is cut
+    short, by an interruption, the shrink budget or the budget of runs that hang (`machine.HANG_BUDGET`): the
+    shortest failing run so far is kept, marked as not fully shrunk."""
     found: list[Stop] = []
-
-    def enough() -> bool:
-        return sum(stop.finding is None for stop in found) >= max_failures
-
+    failures = 0
     for params, commands in replays:
-        if enough():
+        if failures >= max_failures:
             return found
-        session.new_round()
-        stop, cut = None, None
         try:
             stop = rerun(session, params, commands)
         except (Abort, ReferenceBroke) as ended:
             return [*found, ended]
         except BaseException as error:
-            cut = why_cut(session, error)
-        session.corpus_runs += 1
-        if (stop is not None or cut is not None) and not settle(session, stop, cut, found):
+            why_cut(session, error)
             return found
-    for round_number in itertools.count():
-        remaining = examples - session.examples
-        if remaining <= 0 or enough():
-            break
-        settings = hypothesis.settings(
-            max_examples=remaining, stateful_step_count=steps, database=None, deadline=None, derandomize=False,
-            suppress_health_check=list(HealthCheck), report_multiple_bugs=False, verbosity=Verbosity.quiet,
-            phases=(Phase.explicit, Phase.generate, Phase.shrink), print_blob=False,
-        )
-        round_seed = seed if round_number == 0 else random.Random(f"{seed}/{round_number}").randrange(2**32)
-        session.new_round()
-        stop, cut = None, None
-        try:
-            with installation_independent(), without_shrink_time_limit():
-                run_state_machine_as_test(hypothesis.seed(round_seed)(machine_class(session)), settings=settings)
-            session.go_on()  # an interruption swallowed on the way still ends the check
-            break
-        except (Abort, ReferenceBroke) as ended:
-            found.append(ended)
-            break
-        except Divergence as raised:
-            stop = raised
-        except Flaky as error:
-            if session.interrupted or session.shortest is None:
-                cut = why_cut(session, error)
-            else:
-                stop = session.shortest
-                stop.summary += (" (did not reproduce when Hypothesis replayed it: is the system deterministic? this "
-                                 "is the shortest failing run seen)")
-        except BaseException as error:
-            cut = why_cut(session, error)
-        if not settle(session, stop, cut, found):
-            break
+        session.corpus_runs += 1
+        if stop is not None:
+            found.append(shrink(session, stop, None, seed))
+            failures += stop.finding is None
+    first: list[tuple[Divergence, Drawn, int]] = []
+    try:
+        for index in range(examples):
+            if failures >= max_failures:
+                break
+            session.go_on()
+            choices = SeededChoices(f"{seed}/{index}")
+            run = draw_run(session, choices, steps, session.key_home(index), session.coverage)
+            run.choices = tuple(choices.made)
+            stop = judge(session, run)
+            session.example_done(run)
+            signature = run.foreseen.signature if stop is None and run.foreseen is not None else \
+                None if stop is None else stop.signature
+            if signature is None:
+                continue
+            if signature in session.known:
+                session.known[signature] += 1
+                if signature.kind == "hung":
+                    session.hung_again()
+                continue
+            session.known[signature] = 0
+            session.failing = True
+            session.shortest = session.shortest or stop
+            if session.first_failure_s is None:
+                session.first_failure_s = time.monotonic() - session.started
+            first.append((stop, run, index))
+            failures += stop.finding is None
+    except (Abort, ReferenceBroke) as ended:
+        return [*found, *(stop for stop, _, _ in first), ended]
+    except BaseException as error:
+        why_cut(session, error)
+    for stop, run, index in first:
+        found.append(stop if session.interrupted else shrink(session, stop, run, seed, steps, index))
     return found
 
 
-def settle(session: Session, stop: Divergence | None, cut: str | None, found: list[Stop]) -> bool:
-    """Minimise this round's failure ``stop`` and add it to ``found``, or when shrinking was ``cut`` short, the
-    shortest failing run so far, marked as not fully shrunk; whether exploration goes on (its signature then known)."""
-    unfinished = None
-    if cut is not None and session.failing and not (session.interrupted or session.cut_short):
-        # out of hang or shrink budget while Hypothesis shrank: deleting steps costs at most one hang per step deleted
-        stop, unfinished, cut = session.best_so_far(), cut, None
-        session.shrink_hangs = 0
-    if cut is None:
-        try:
-            stop = minimise(session, stop)
-        except ReferenceBroke as broke:
-            found += [stop, broke]
-            return False
-        except BaseException as error:
-            cut = why_cut(session, error)
-    if cut is not None and (stop := session.best_so_far()) is None:
-        return False  # interrupted, or out of hang budget, before this round found anything
-    if cut or unfinished:
-        stop.mark_unfinished(cut or unfinished)
-    found.append(stop)
-    if session.interrupted or session.cut_short:
-        return False
-    session.known[stop.signature] = 0
-    return True
+class Reproduced(Exception):
+    """A shrinking run that failed as the failure being shrunk (Hypothesis's 'interesting')."""
+
+
+#: what Hypothesis's shrinker marks a run that fails as the one being shrunk with (one origin: one failure at a time)
+SHRUNK = InterestingOrigin.from_exception(Reproduced())
+SHRINKING = hypothesis.settings(database=None, deadline=None, suppress_health_check=list(HealthCheck),
+                                phases=(Phase.shrink,), verbosity=Verbosity.quiet)
+
+
+def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, steps: int = 0,
+           index: int = 0) -> Stop:
+    """``stop`` made as small as it goes: Hypothesis's shrinker works on the choices that drew ``run`` (deleting
+    steps, moving each choice towards the simple end of its range), within the shrink budget (a Kafka finding's
+    within `FINDING_SHRINK_BUDGET`); then steps are deleted from the run it ends with (`machine.minimise`: the
+    shrinker now and then leaves a step it could not delete without changing another). A run given as commands
+    (``run`` None: a corpus's) is only minimised. While it is shrunk, runs that fail with its signature are not
+    counted as repeats, and a known hang's step is sent, not foreseen."""
+    target = stop.signature
+    repeats = session.known.pop(target, 0)
+    budget = min(session.shrink_budget, FINDING_SHRINK_BUDGET) if stop.finding is not None else \
+        session.shrink_budget
+    best = {(): stop}
+    spent, hangs = [0], [0]
+
+    def test(data) -> None:
+        if spent[0] >= budget:
+            raise Cut(f"the shrink budget of {budget} runs was spent")
+        session.go_on()
+        spent[0] += 1
+        failure = judge(session, draw_run(session, ConjectureChoices(data), steps, session.key_home(index)))
+        session.shrink_run_done()
+        if failure is not None and failure.signature.kind == "hung":
+            hangs[0] += 1
+            if hangs[0] >= session.hang_budget:
+                raise Cut(f"shrinking stopped after {hangs[0]} runs that hung")
+        if failure is not None and failure.signature == target:
+            best[tuple(data.choices)] = failure
+            data.mark_interesting(SHRUNK)
+
+    session.shrinking = True
+    try:
+        if run is not None:
+            runner = ConjectureRunner(test, settings=SHRINKING, random=random.Random(f"{seed}/{index}/shrink"),
+                                      ignore_limits=True)
+            initial = runner.cached_test_function(run.choices)
+            if initial.status == Status.INTERESTING:
+                shrinker = runner.new_shrinker(initial, lambda data: data.status == Status.INTERESTING)
+                try:
+                    shrinker.shrink()
+                finally:
+                    stop = best.get(tuple(shrinker.shrink_target.choices), stop)
+            else:
+                stop.summary += " (did not fail again when run once more: is the system deterministic?)"
+        stop = minimise(session, stop)
+    except (Abort, ReferenceBroke):
+        raise
+    except BaseException as error:
+        stop = min(best.values(), key=lambda failure: len(failure.steps))
+        stop.mark_unfinished(why_cut(session, error))
+    finally:
+        session.shrinking = False
+        session.known[target] = repeats
+    return stop
 
 
 def why_cut(session: Session, error: BaseException) -> str:
-    """Why ``error`` cut a round short: the hang budget (`Cut`; a final one ends exploration: ``session.cut_short``),
-    or an interruption, whatever it became on its way through Hypothesis; anything else is re-raised."""
+    """Why ``error`` cut exploration or shrinking short: the hang or shrink budget (`Cut`; a final one ends
+    exploration: ``session.cut_short``), or an interruption; anything else is re-raised."""
     if isinstance(error, Cut):
         if error.final:
             session.cut_short = error.reason
         return error.reason
-    if session.interrupted is None:
-        raise error
-    return "interrupted"
+    if isinstance(error, (Interrupted, KeyboardInterrupt)) and session.interrupted is not None:
+        return "interrupted"
+    raise error
 
 
 def render(report: ReplayReport) -> str:

@@ -1,4 +1,9 @@
-"""Hypothesis strategies for runs: parameters and command sequences that reach the interesting states.
+"""What runs draw: parameters and commands that reach the interesting states.
+
+Each distribution is one drawing function over `choices.Choices` (``draw_*``): a check draws its runs from a seeded
+generator and shrinks them with Hypothesis through the same functions (`conformance.check.runs`), and each has a
+Hypothesis strategy of the same name without ``draw_`` for tests and vectors. In every range the low end is the
+simple choice a failing run shrinks to.
 
 Small wheels (2-6 buckets) make overflow wheels three and more levels up cheap to reach, and most runs use one; the
 others use larger wheels, even and odd, up to 512 buckets (Kafka's 20 among them). Delays are drawn near the edges
@@ -26,6 +31,7 @@ import string
 
 from hypothesis import strategies as st
 
+from kpurgatory.conformance.check.choices import Choices, pick, roll, strategy
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import KAFKA, Declarations, WatcherShards
 
@@ -34,32 +40,41 @@ OP_IDS = tuple(f"o{i}" for i in range(8))
 KEYS_PER_RUN = 4
 TASK_IDS = tuple(f"t{i}" for i in range(10))
 #: an op's condition: never by count (set_ready only), ready on the first, second or third tryComplete
-READY_ON = st.sampled_from([None, None, 1, 2, 3])
+READY_ON_CHOICES = (None, None, 1, 2, 3)
 #: set_ready: mostly making a condition true, sometimes clearing it again
-READY = st.sampled_from([True, True, True, False])
+READY_CHOICES = (True, True, True, False)
+READY_ON = st.sampled_from(READY_ON_CHOICES)
+READY = st.sampled_from(READY_CHOICES)
 
 
-def scales(tick_ms: int, wheel_size: int) -> list[int]:
+@functools.cache
+def scales(tick_ms: int, wheel_size: int) -> tuple[int, ...]:
     """The spacings of boundaries: the tick times every power of two, and every level's interval, up to
     Long.MAX_VALUE."""
     powers = [tick_ms << k for k in range(63) if tick_ms << k <= v.LONG_MAX]
     levels = [tick_ms * wheel_size ** level for level in range(1, 64) if tick_ms * wheel_size ** level <= v.LONG_MAX]
-    return sorted(set(powers + levels))
+    return tuple(sorted(set(powers + levels)))
 
 
-def near(time_ms: st.SearchStrategy[int], spread: int, limit: int) -> st.SearchStrategy[int]:
-    """Times within ``spread`` of those drawn, kept inside [0, limit]."""
-    return st.tuples(time_ms, st.integers(-spread, spread)).map(lambda drawn: min(max(sum(drawn), 0), limit))
+def draw_near(choices: Choices, time_ms: int, spread: int, limit: int) -> int:
+    """A time within ``spread`` of ``time_ms``, kept inside [0, limit]."""
+    return min(max(time_ms + choices.integer(-spread, spread), 0), limit)
 
 
-def origins(tick_ms: int, wheel_size: int, limit: int = v.LONG_MAX) -> st.SearchStrategy[int]:
-    """Clock origins (start_ms): 0 and small ones, anywhere in [0, limit], and a few ticks either side of a multiple
+def draw_origin(choices: Choices, tick_ms: int, wheel_size: int, limit: int = v.LONG_MAX) -> int:
+    """A clock origin (start_ms): 0 and small ones, anywhere in [0, limit], and a few ticks either side of a multiple
     (1x-3x) of a boundary spacing or of Long.MAX_VALUE."""
-    multiples = st.tuples(st.sampled_from(scales(tick_ms, wheel_size)), st.integers(1, 3)).map(
-        lambda drawn: min(drawn[0] * drawn[1], limit))
-    return st.one_of(st.just(0), st.integers(0, min(5 * tick_ms * wheel_size, limit)),
-                     near(multiples, 3 * tick_ms, limit), near(st.just(limit), 3 * tick_ms, limit),
-                     st.integers(0, limit))
+    kind = roll(choices, 5)
+    if kind == 0:
+        return 0
+    if kind == 1:
+        return choices.integer(0, min(5 * tick_ms * wheel_size, limit))
+    if kind == 2:
+        multiple = min(pick(choices, scales(tick_ms, wheel_size)) * choices.integer(1, 3), limit)
+        return draw_near(choices, multiple, 3 * tick_ms, limit)
+    if kind == 3:
+        return draw_near(choices, limit, 3 * tick_ms, limit)
+    return choices.integer(0, limit)
 
 
 #: wheel sizes beyond the small ones: Kafka's 20 (first, so a large wheel shrinks to it), powers of two and odd sizes
@@ -67,19 +82,26 @@ def origins(tick_ms: int, wheel_size: int, limit: int = v.LONG_MAX) -> st.Search
 LARGE_WHEELS = (20, 20, 7, 8, 16, 21, 32, 63, 64, 511, 512)
 
 
-def wheel_sizes() -> st.SearchStrategy[int]:
+def draw_wheel_size(choices: Choices) -> int:
     """Mostly 2-6 buckets, where overflow wheels three and more levels up are cheap to reach; one run in four a
     larger wheel, even or odd, up to 512 (delays and advances scale with it, so its upper levels are reached too)."""
-    return st.integers(0, 3).flatmap(lambda roll: st.sampled_from(LARGE_WHEELS) if roll == 3 else st.integers(2, 6))
+    return pick(choices, LARGE_WHEELS) if roll(choices, 4) == 3 else choices.integer(2, 6)
 
 
-@st.composite
-def params(draw, profile: str = "purgatory", declarations: Declarations = KAFKA) -> v.Params:
-    tick = draw(st.sampled_from([1, 1, 1, 2, 3, 10]))
-    wheel_size = draw(wheel_sizes())
-    start = draw(origins(tick, wheel_size, declarations.max_deadline_ms))
-    purge_interval = draw(st.integers(0, 4)) if profile == "purgatory" else 1000
+def draw_params(choices: Choices, profile: str = "purgatory", declarations: Declarations = KAFKA) -> v.Params:
+    tick = pick(choices, (1, 1, 1, 2, 3, 10))
+    wheel_size = draw_wheel_size(choices)
+    start = draw_origin(choices, tick, wheel_size, declarations.max_deadline_ms)
+    purge_interval = choices.integer(0, 4) if profile == "purgatory" else 1000
     return v.Params(tick, wheel_size, start, purge_interval)
+
+
+def origins(tick_ms: int, wheel_size: int, limit: int = v.LONG_MAX) -> st.SearchStrategy[int]:
+    return strategy(draw_origin, tick_ms, wheel_size, limit)
+
+
+def params(profile: str = "purgatory", declarations: Declarations = KAFKA) -> st.SearchStrategy[v.Params]:
+    return strategy(draw_params, profile, declarations)
 
 
 @functools.cache
@@ -102,32 +124,30 @@ def key_names(shards: WatcherShards) -> tuple[tuple[str, ...], ...]:
     return tuple(map(tuple, names))
 
 
-def run_keys(shards: WatcherShards, home: int | None = None) -> st.SearchStrategy[tuple[str, ...]]:
+def draw_run_keys(choices: Choices, shards: WatcherShards, home: int | None = None) -> tuple[str, ...]:
     """A run's `KEYS_PER_RUN` keys, so that the runs of a check spread over every watcher shard: a bug in one list (a
     purge that skips the last) is reached. The keys sit on consecutive shards from ``home`` (None: k0's, where the
-    keys are k0, k1, k2, k3), so a check that moves ``home`` on from run to run uses every shard however Hypothesis
-    draws; now and then a key is on a shard drawn anywhere (it shrinks back to its place), and the last one shares
-    the first one's shard under another name, so two keys meet in one list's map and lock."""
+    keys are k0, k1, k2, k3), so a check that moves ``home`` on from run to run uses every shard; now and then a key
+    is on a shard drawn anywhere (it shrinks back to its place), and the last one shares the first one's shard under
+    another name, so two keys meet in one list's map and lock."""
     names = key_names(shards)
     home = shards.shard("k0") if home is None else home
-
-    def keys(drawn: tuple[tuple[int, ...], bool]) -> tuple[str, ...]:
-        offsets, shared = drawn
-        shard_of = [(home + i + offset) % shards.count for i, offset in enumerate(offsets)]
-        if shared:
-            shard_of[-1] = shard_of[0]
-        used: dict[int, int] = {}
-        picked = []
-        for shard in shard_of:
-            candidates = names[shard]
-            picked.append(candidates[used.get(shard, 0) % len(candidates)])
-            used[shard] = used.get(shard, 0) + 1
-        return tuple(dict.fromkeys(picked))
-
     # mostly in the rotation's block, so that rotating covers every shard; now and then anywhere
-    offset = st.integers(0, 3).flatmap(lambda roll: st.integers(0, shards.count - 1) if roll == 3 else st.just(0))
-    offsets = st.tuples(*[offset] * KEYS_PER_RUN)
-    return st.tuples(offsets, st.integers(0, 7).map(lambda roll: roll == 7)).map(keys)
+    offsets = [choices.integer(0, shards.count - 1) if roll(choices, 4) == 3 else 0 for _ in range(KEYS_PER_RUN)]
+    shard_of = [(home + i + offset) % shards.count for i, offset in enumerate(offsets)]
+    if roll(choices, 8) == 7:
+        shard_of[-1] = shard_of[0]
+    used: dict[int, int] = {}
+    picked = []
+    for shard in shard_of:
+        candidates = names[shard]
+        picked.append(candidates[used.get(shard, 0) % len(candidates)])
+        used[shard] = used.get(shard, 0) + 1
+    return tuple(dict.fromkeys(picked))
+
+
+def run_keys(shards: WatcherShards, home: int | None = None) -> st.SearchStrategy[tuple[str, ...]]:
+    return strategy(draw_run_keys, shards, home)
 
 
 def boundaries_after(p: v.Params, now: int) -> list[int]:
@@ -149,8 +169,8 @@ def level_clocks(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> list[tu
     return levels
 
 
-def wheel_edges(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
-    """Deadlines on each comparison TimingWheel.add makes at a level of tick t and current time c: c + t (below it,
+def draw_wheel_edge(choices: Choices, p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> int:
+    """A deadline on a comparison TimingWheel.add makes at a level of tick t and current time c: c + t (below it,
     expired on add) a millisecond either side; and c + t * wheel_size, the level's interval (below it, a bucket of
     this level; from it, the overflow wheel, created by the first such add), a millisecond and a tick either side.
     The same comparisons are made again when a bucket of the level falls due, at c + t or c + 2t, and its entries
@@ -159,8 +179,12 @@ def wheel_edges(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.Searc
     Mostly at the first wheel and its overflow wheel, where an off-by-one in add shows soonest."""
     levels = level_clocks(p, now, clocks)
     top = len(levels) - 1
-    level = st.integers(0, 2).flatmap(lambda roll: st.integers(0, min(1, top)) if roll else st.integers(0, top))
-    return level.flatmap(lambda drawn: st.sampled_from(edge_times(p, levels, drawn)))
+    level = choices.integer(0, min(1, top)) if roll(choices, 3) else choices.integer(0, top)
+    return pick(choices, edge_times(p, levels, level))
+
+
+def wheel_edges(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
+    return strategy(draw_wheel_edge, p, now, clocks)
 
 
 def edge_times(p: v.Params, levels: list[tuple[int, int]], level: int) -> list[int]:
@@ -175,18 +199,25 @@ def edge_times(p: v.Params, levels: list[tuple[int, int]], level: int) -> list[i
     return sorted({time for time in times if time <= v.LONG_MAX}) or [v.LONG_MAX]
 
 
+def draw_boundary(choices: Choices, p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> int:
+    """A boundary after ``now`` or a millisecond either side of it, or a comparison's edge of the wheel
+    (`draw_wheel_edge`, `interval_ends`, from its levels' ``clocks``), as a time no earlier than now (may pass
+    Long.MAX_VALUE by one)."""
+    kind = roll(choices, 3)
+    time_ms = (draw_near_boundary(choices, p, now) if kind == 0 else draw_wheel_edge(choices, p, now, clocks)
+               if kind == 1 else pick(choices, interval_ends(p, now, clocks)))
+    return max(time_ms, now)
+
+
 def at_boundaries(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
-    """A boundary after ``now`` or a millisecond either side of it, or a comparison's edge of the wheel (`wheel_edges`,
-    `interval_ends`, from its levels' ``clocks``), as a time no earlier than now (may pass Long.MAX_VALUE by one)."""
-    return st.one_of(near_boundaries(p, now), wheel_edges(p, now, clocks), interval_ends(p, now, clocks)).map(
-        lambda time_ms: max(time_ms, now))
+    return strategy(draw_boundary, p, now, clocks)
 
 
-def interval_ends(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
+def interval_ends(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> list[int]:
     """The end of the first wheel's or the overflow wheel's interval from its clock, or a millisecond before: an
-    advance there meets an entry added at that interval (`wheel_edges`), where ``<=`` for ``<`` in add shows."""
+    advance there meets an entry added at that interval (`draw_wheel_edge`), where ``<=`` for ``<`` in add shows."""
     ends = [clock + tick * p.wheel_size for tick, clock in level_clocks(p, now, clocks)[:2]]
-    return st.sampled_from([end - d for end in ends for d in (0, 1) if end - d <= v.LONG_MAX] or [v.LONG_MAX])
+    return [end - d for end in ends for d in (0, 1) if end - d <= v.LONG_MAX] or [v.LONG_MAX]
 
 
 def interval_meetings(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> list[int]:
@@ -221,31 +252,46 @@ def landing(levels: list[tuple[int, int]], p: v.Params, deadline: int) -> int:
     return len(levels) - 1
 
 
-def near_boundaries(p: v.Params, now: int) -> st.SearchStrategy[int]:
+def draw_near_boundary(choices: Choices, p: v.Params, now: int) -> int:
     """A boundary after ``now`` or a millisecond either side of it."""
-    return st.tuples(st.sampled_from(boundaries_after(p, now)), st.sampled_from([-1, 0, 1])).map(sum)
+    return pick(choices, boundaries_after(p, now)) + pick(choices, (-1, 0, 1))
+
+
+def draw_delay(choices: Choices, p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> int:
+    """A delay (from ``now``) around the boundaries of the first four levels, or already expired, or small; a
+    deadline at the next boundaries or on the wheel's comparisons (`draw_wheel_edge`, from its levels' ``clocks``);
+    and now and then the edge of time: a deadline of exactly Long.MAX_VALUE, or just or far beyond it (rejected with
+    delay_out_of_range)."""
+    # the usual delays first: a failing run shrinks towards them, and a short run should not need the edge
+    kind = roll(choices, 12)
+    if kind < 7:
+        usual = roll(choices, 3)
+        if usual == 0:
+            return choices.integer(-3, 3 * p.tick_ms)
+        if usual == 1:
+            edge = pick(choices, (*(p.tick_ms * p.wheel_size ** level for level in range(4)),
+                                  p.tick_ms * p.wheel_size * 2))
+            return choices.integer(edge - 2, edge + 2)
+        return choices.integer(0, p.tick_ms * p.wheel_size ** 4)
+    if kind < 9:
+        return min(max(draw_near_boundary(choices, p, now) - now, 0), v.LONG_MAX)
+    if kind < 11:
+        return draw_wheel_edge(choices, p, now, clocks) - now  # a lagging wheel's may be past
+    room = v.LONG_MAX - now  # the largest delay whose deadline is Long.MAX_VALUE; a delay is a long too
+    beyond = 0 if now == 0 else roll(choices, 3)
+    if beyond == 0:
+        return room
+    if beyond == 1:
+        return choices.integer(room + 1, min(room + 3 * p.tick_ms, v.LONG_MAX))
+    return choices.integer(room + 1, v.LONG_MAX)
+
+
+def near_boundaries(p: v.Params, now: int) -> st.SearchStrategy[int]:
+    return strategy(draw_near_boundary, p, now)
 
 
 def delays(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
-    """Delays (from ``now``) around the boundaries of the first four levels, plus already-expired and small ones;
-    deadlines at the next boundaries and on the wheel's comparisons (`wheel_edges`, from its levels' ``clocks``);
-    and now and then the edge of time: a deadline of exactly Long.MAX_VALUE, or just or far beyond it (rejected with
-    delay_out_of_range)."""
-    interval = p.tick_ms * p.wheel_size
-    edges = [p.tick_ms * p.wheel_size ** level for level in range(4)] + [interval * 2]
-    usual = st.one_of(
-        st.integers(-3, 3 * p.tick_ms),
-        st.sampled_from(edges).flatmap(lambda edge: st.integers(edge - 2, edge + 2)),
-        st.integers(0, p.tick_ms * p.wheel_size ** 4),
-    )
-    crossing = near_boundaries(p, now).map(lambda deadline: min(max(deadline - now, 0), v.LONG_MAX))
-    on_edge = wheel_edges(p, now, clocks).map(lambda deadline: deadline - now)  # a lagging wheel's may be past
-    room = v.LONG_MAX - now  # the largest delay whose deadline is Long.MAX_VALUE; a delay is a long too
-    edge_of_time = st.just(room) if now == 0 else st.one_of(
-        st.just(room), st.integers(room + 1, min(room + 3 * p.tick_ms, v.LONG_MAX)), st.integers(room + 1, v.LONG_MAX))
-    # the usual delays first: Hypothesis shrinks towards the first choice, and a short run should not need the edge
-    return st.integers(0, 11).flatmap(
-        lambda roll: usual if roll < 7 else crossing if roll < 9 else on_edge if roll < 11 else edge_of_time)
+    return strategy(draw_delay, p, now, clocks)
 
 
 def declared_delay(delay: int, now: int, declarations: Declarations) -> int | None:
@@ -258,15 +304,19 @@ def declared_delay(delay: int, now: int, declarations: Declarations) -> int | No
     return delay if declarations.within_domain(now, delay) else None
 
 
-def gaps(p: v.Params) -> st.SearchStrategy[int]:
+def draw_gap(choices: Choices, p: v.Params) -> int:
     """How far one advance moves the clock: a few ticks, or far enough to cascade from the fourth level."""
-    return st.one_of(st.integers(0, 3 * p.tick_ms), st.integers(0, p.tick_ms * p.wheel_size ** 3))
+    return choices.integer(0, 3 * p.tick_ms if roll(choices, 2) == 0 else p.tick_ms * p.wheel_size ** 3)
 
 
-def advance_to(now: int, p: v.Params) -> st.SearchStrategy[v.Advance]:
+def draw_advance(choices: Choices, p: v.Params, now: int) -> v.Advance:
     """An advance by a gap, or to a boundary (a millisecond either side), never past Long.MAX_VALUE."""
-    to_ms = st.one_of(gaps(p).map(lambda gap: now + gap), at_boundaries(p, now))
-    return to_ms.map(lambda time_ms: v.Advance(min(time_ms, v.LONG_MAX)))
+    to_ms = now + draw_gap(choices, p) if roll(choices, 2) == 0 else draw_boundary(choices, p, now)
+    return v.Advance(min(to_ms, v.LONG_MAX))
+
+
+def gaps(p: v.Params) -> st.SearchStrategy[int]:
+    return strategy(draw_gap, p)
 
 
 def allowed(kinds: list[str], names: dict[str, str], unsupported: frozenset[str]) -> list[str]:
@@ -274,83 +324,94 @@ def allowed(kinds: list[str], names: dict[str, str], unsupported: frozenset[str]
     return [kind for kind in kinds if names.get(kind, kind) not in unsupported]
 
 
-@st.composite
-def timer_commands(draw, p: v.Params, max_steps: int = 40, unsupported: frozenset[str] = frozenset()
-                   ) -> list[v.Command]:
+def draw_timer_commands(choices: Choices, p: v.Params, max_steps: int = 40,
+                        unsupported: frozenset[str] = frozenset()) -> list[v.Command]:
     """A timer run that sends none of the ``unsupported`` commands."""
     now, task_delays, commands = p.start_ms, {}, []
     kinds = allowed(["add", "add", "add", "cancel", "advance", "advance", "size", "wheel"],
                     {"add": "timer_add", "cancel": "timer_cancel"}, unsupported)
-    for _ in range(draw(st.integers(1, max_steps))):
-        kind = draw(st.sampled_from(kinds))
+    for _ in range(choices.integer(1, max_steps)):
+        kind = pick(choices, kinds)
         if kind == "add":
-            task = draw(st.sampled_from(TASK_IDS))
-            delay = task_delays.setdefault(task, draw(delays(p, now)))
-            commands.append(v.TimerAdd(task, delay))
+            task = pick(choices, TASK_IDS)
+            if task not in task_delays:
+                task_delays[task] = draw_delay(choices, p, now)
+            commands.append(v.TimerAdd(task, task_delays[task]))
         elif kind == "cancel" and task_delays:
-            commands.append(v.TimerCancel(draw(st.sampled_from(sorted(task_delays)))))
+            commands.append(v.TimerCancel(pick(choices, sorted(task_delays))))
         elif kind == "advance":
-            command = draw(advance_to(now, p))
+            command = draw_advance(choices, p, now)
             now = command.to_ms
             commands.append(command)
         elif kind == "size":
             commands.append(v.Size())
         elif kind == "wheel":
             commands.append(v.Wheel())
-    if "shutdown" not in unsupported and draw(st.booleans()):
+    if "shutdown" not in unsupported and roll(choices, 2):
         commands.append(v.Shutdown())
     return commands
 
 
-@st.composite
-def watch_commands(draw, p: v.Params, known: dict[str, int], now: int, keys: tuple[str, ...]) -> v.Watch:
-    op = draw(st.sampled_from(OP_IDS))
-    keys = draw(st.one_of(st.lists(st.sampled_from(keys), min_size=1, max_size=4),
-                          st.just([]) if draw(st.integers(0, 30)) == 0 else st.nothing()))
+def draw_watch(choices: Choices, p: v.Params, known: dict[str, int], now: int, keys: tuple[str, ...]) -> v.Watch:
+    op = pick(choices, OP_IDS)
+    watched = [] if roll(choices, 31) == 30 else [pick(choices, keys) for _ in range(choices.integer(1, 4))]
     if op in known:
-        return v.Watch(op, keys)
-    known[op] = draw(delays(p, now))
-    return v.Watch(op, keys, known[op], draw(READY_ON))
+        return v.Watch(op, watched)
+    known[op] = draw_delay(choices, p, now)
+    return v.Watch(op, watched, known[op], pick(choices, READY_ON_CHOICES))
 
 
-@st.composite
-def purgatory_commands(draw, p: v.Params, max_steps: int = 40, unsupported: frozenset[str] = frozenset(),
-                       shards: WatcherShards = KAFKA.watcher_shards) -> list[v.Command]:
+def draw_purgatory_commands(choices: Choices, p: v.Params, max_steps: int = 40,
+                            unsupported: frozenset[str] = frozenset(),
+                            shards: WatcherShards = KAFKA.watcher_shards) -> list[v.Command]:
     """A purgatory run that sends none of the ``unsupported`` commands, on a few keys of a purgatory with ``shards``."""
     now, known, commands = p.start_ms, {}, []
-    keys = draw(run_keys(shards))
+    keys = draw_run_keys(choices, shards)
     kinds = allowed(["watch", "watch", "watch", "ready", "ready", "check", "check", "cancel_key", "force", "try",
                      "cancel", "advance", "advance", "watched", "delayed", "size", "wheel"], {"ready": "set_ready"},
                     unsupported)
-    for _ in range(draw(st.integers(1, max_steps))):
-        kind = draw(st.sampled_from(kinds))
+    for _ in range(choices.integer(1, max_steps)):
+        kind = pick(choices, kinds)
         if kind == "watch":
-            commands.append(draw(watch_commands(p, known, now, keys)))
+            commands.append(draw_watch(choices, p, known, now, keys))
         elif kind == "ready" and known:
-            commands.append(v.SetReady(draw(st.sampled_from(sorted(known))), draw(READY)))
+            commands.append(v.SetReady(pick(choices, sorted(known)), pick(choices, READY_CHOICES)))
         elif kind in ("force", "try", "cancel") and known:
-            op = draw(st.sampled_from(sorted(known)))
+            op = pick(choices, sorted(known))
             commands.append({"force": v.Force, "try": v.Try, "cancel": v.Cancel}[kind](op))
         elif kind in ("check", "cancel_key"):
-            key = draw(st.sampled_from(keys))
+            key = pick(choices, keys)
             commands.append(v.Check(key) if kind == "check" else v.CancelKey(key))
         elif kind == "advance":
-            command = draw(advance_to(now, p))
+            command = draw_advance(choices, p, now)
             now = command.to_ms
             commands.append(command)
         elif kind in ("watched", "delayed", "size", "wheel"):
             commands.append({"watched": v.Watched, "delayed": v.Delayed, "size": v.Size, "wheel": v.Wheel}[kind]())
-    if "shutdown" not in unsupported and draw(st.booleans()):
+    if "shutdown" not in unsupported and roll(choices, 2):
         commands.append(v.Shutdown())
     return commands
 
 
-@st.composite
-def runs(draw, profile: str | None = None, unsupported: frozenset[str] = frozenset()
-         ) -> tuple[str, v.Params, list[v.Command]]:
+def draw_run(choices: Choices, profile: str | None = None, unsupported: frozenset[str] = frozenset()
+             ) -> tuple[str, v.Params, list[v.Command]]:
     """(profile, params, commands): a whole run, without the ``unsupported`` commands."""
-    profile = profile or draw(st.sampled_from(v.PROFILES))
-    p = draw(params(profile))
-    commands = draw(timer_commands(p, unsupported=unsupported) if profile == "timer" else
-                    purgatory_commands(p, unsupported=unsupported))
-    return profile, p, commands
+    profile = profile or pick(choices, v.PROFILES)
+    p = draw_params(choices, profile)
+    drawing = draw_timer_commands if profile == "timer" else draw_purgatory_commands
+    return profile, p, drawing(choices, p, unsupported=unsupported)
+
+
+def timer_commands(p: v.Params, max_steps: int = 40, unsupported: frozenset[str] = frozenset()
+                   ) -> st.SearchStrategy[list[v.Command]]:
+    return strategy(draw_timer_commands, p, max_steps, unsupported)
+
+
+def purgatory_commands(p: v.Params, max_steps: int = 40, unsupported: frozenset[str] = frozenset(),
+                       shards: WatcherShards = KAFKA.watcher_shards) -> st.SearchStrategy[list[v.Command]]:
+    return strategy(draw_purgatory_commands, p, max_steps, unsupported, shards)
+
+
+def runs(profile: str | None = None, unsupported: frozenset[str] = frozenset()
+         ) -> st.SearchStrategy[tuple[str, v.Params, list[v.Command]]]:
+    return strategy(draw_run, profile, unsupported)
