@@ -29,6 +29,7 @@ EXIT_CODES_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meani
 SUBCOMMANDS: dict[str, str] = {
     "bench": "kpurgatory.conformance.tools.bench:bench_command",
     "check": "kpurgatory.conformance.check.sequential:check_command",
+    "check-bench": "kpurgatory.conformance.tools.check_bench:check_bench_command",
     "check-history": "kpurgatory.conformance.check.concurrent:check_history_command",
     "matrix": "kpurgatory.conformance.tools.matrix:matrix_command",
     "mutants": "kpurgatory.conformance.tools.mutants:mutants_command",

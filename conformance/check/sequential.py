@@ -47,7 +47,8 @@ from kpurgatory.conformance.check import corpus as shared
 from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.findings import Finding, Signature
-from kpurgatory.conformance.check.choices import ConjectureChoices, SeededChoices
+from kpurgatory.conformance.check.choices import ConjectureChoices
+from kpurgatory.conformance.check.workers import judge_run, judged_runs, merge
 from kpurgatory.conformance.check.machine import (FINDING_SHRINK_BUDGET, HANG_BUDGET, REFERENCE_BROKE, SHRINK_BUDGET,
                                                   Abort, Cut, Divergence, Drawn, ReferenceBroke, Session, Stop,
                                                   draw_run, judge, minimise, rerun)
@@ -152,7 +153,7 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
               out_dir: str | Path | None = None, on_example: Callable[[Session], None] | None = None,
               timeout: float | None = DEFAULT_TIMEOUT_S, max_failures: int = DEFAULT_MAX_FAILURES,
               fail_on_findings: bool = False, hang_budget: int = HANG_BUDGET, shrink_budget: int = SHRINK_BUDGET,
-              corpus: str | Path | None = None) -> CheckResult:
+              corpus: str | Path | None = None, jobs: int = 1) -> CheckResult:
     """Check the systems ``system_factory`` makes (one, initialised afresh for each example, and made afresh after
     it died) on ``profile``.
 
@@ -165,7 +166,8 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
     (`machine.HANG_BUDGET`); ``shrink_budget`` how many runs Hypothesis may spend shrinking one failure (a failure
     shrunk no further for either is marked so). SIGINT and SIGTERM end the check with what it found so far
     (``interrupted``). With ``corpus`` (a folder, `conformance.check.corpus`), the failing runs in it are replayed
-    first, and each failure and finding found is added to it.
+    first, and each failure and finding found is added to it. With ``jobs`` > 1 the runs are judged by that many
+    worker processes, each with a system of its own (`workers`): the result is the same for any number.
     With ``out_dir`` each counterexample is written there as a trace, its step table as ``.txt`` and its page
     (`traces.view`) as ``.html``: the first failure as ``check-PROFILE-SEED.jsonl``, the next ones
     ``check-PROFILE-SEED-N.jsonl``, findings ``finding-PROFILE-SEED-NAME.jsonl``. ``on_example`` is called after
@@ -191,7 +193,7 @@ def run_check(system_factory: Callable[[], SystemUnderTest], *, profile: str, le
         with on_signals(session):
             try:
                 session.exploring = True
-                stops = explore(session, examples, steps, seed, max_failures, replays)
+                stops = explore(session, examples, steps, seed, max_failures, replays, jobs, factory)
             finally:
                 session.exploring = False
                 close(session.system)
@@ -321,13 +323,15 @@ def with_answers(stop: Stop) -> list[Step]:
 
 
 def explore(session: Session, examples: int, steps: int, seed: int, max_failures: int,
-            replays: Iterable[tuple[v.Params, list[v.Command]]] = ()) -> list[Stop]:
+            replays: Iterable[tuple[v.Params, list[v.Command]]] = (), jobs: int = 1,
+            factory: Callable[[], SystemUnderTest] | None = None) -> list[Stop]:
     """Replay the corpus's runs ``replays``, then draw and judge ``examples`` runs; the failures and findings, each
     shrunk, in the order found.
 
     Run number N is drawn from a generator seeded by ``seed`` and N alone (`machine.draw_run`), its watch keys start
     at the watcher shard of its number (`Session.key_home`), and it is judged on its own (`machine.judge`): so what
-    a run is, and how it ends, depends on the seed and its number, never on what ran before it. The first run that
+    a run is, and how it ends, depends on the seed and its number, never on what ran before it, and runs are judged
+    on ``jobs`` workers that make their systems with ``factory`` (`workers.judged_runs`) as well as here. The first run that
     fails with a signature makes it known: later runs that fail with it pass, counted as repeats, so exploration goes
     on to other bugs. Exploration ends when the budget is spent, ``max_failures`` failures are known (findings do not
     count: there are few kinds), the system cannot be made afresh (`Abort`) or the reference model broke
@@ -355,36 +359,39 @@ def explore(session: Session, examples: int, steps: int, seed: int, max_failures
             found.append(shrink(session, stop, None, seed))
             failures += stop.finding is None
     first: list[tuple[Divergence, Drawn, int]] = []
+    runs = judged_runs(session, seed, steps, examples, jobs, factory)
     try:
-        for index in range(examples):
+        for judged in runs:
             if failures >= max_failures:
                 break
-            session.go_on()
-            choices = SeededChoices(f"{seed}/{index}")
-            run = draw_run(session, choices, steps, session.key_home(index), session.coverage)
-            run.choices = tuple(choices.made)
-            stop = judge(session, run)
-            session.example_done(run)
-            signature = run.foreseen.signature if stop is None and run.foreseen is not None else \
-                None if stop is None else stop.signature
+            merge(session.coverage, judged.coverage)
+            session.example_done(judged.steps)
+            signature = judged.signature
             if signature is None:
                 continue
             if signature in session.known:
                 session.known[signature] += 1
-                if signature.kind == "hung":
+                if signature.kind == "hung" and judged.costly:
                     session.hung_again()
                 continue
+            if judged.stop is None:  # judged by a worker: judged again here, for its run and its report
+                again = judge_run(session, seed, steps, judged.index)
+                judged.run, judged.stop = again.run, again.stop
+                if again.signature != signature:
+                    continue  # it does not fail so again: a system that is not deterministic
             session.known[signature] = 0
             session.failing = True
-            session.shortest = session.shortest or stop
+            session.shortest = session.shortest or judged.stop
             if session.first_failure_s is None:
                 session.first_failure_s = time.monotonic() - session.started
-            first.append((stop, run, index))
-            failures += stop.finding is None
+            first.append((judged.stop, judged.run, judged.index))
+            failures += judged.stop.finding is None
     except (Abort, ReferenceBroke) as ended:
         return [*found, *(stop for stop, _, _ in first), ended]
     except BaseException as error:
         why_cut(session, error)
+    finally:
+        runs.close()
     for stop, run, index in first:
         found.append(stop if session.interrupted else shrink(session, stop, run, seed, steps, index))
     return found
@@ -422,7 +429,7 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
         spent[0] += 1
         failure = judge(session, draw_run(session, ConjectureChoices(data), steps, session.key_home(index)))
         session.shrink_run_done()
-        if failure is not None and failure.signature.kind == "hung":
+        if failure is not None and failure.signature.kind == "hung" and costly(session):
             hangs[0] += 1
             if hangs[0] >= session.hang_budget:
                 raise Cut(f"shrinking stopped after {hangs[0]} runs that hung")
@@ -431,29 +438,44 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
             data.mark_interesting(SHRUNK)
 
     session.shrinking = True
+    unfinished = None
     try:
         if run is not None:
             runner = ConjectureRunner(test, settings=SHRINKING, random=random.Random(f"{seed}/{index}/shrink"),
                                       ignore_limits=True)
-            initial = runner.cached_test_function(run.choices)
-            if initial.status == Status.INTERESTING:
-                shrinker = runner.new_shrinker(initial, lambda data: data.status == Status.INTERESTING)
-                try:
+            try:
+                initial = runner.cached_test_function(run.choices)
+                if initial.status != Status.INTERESTING:
+                    stop.summary += " (did not fail again when run once more: is the system deterministic?)"
+                else:
+                    shrinker = runner.new_shrinker(initial, lambda data: data.status == Status.INTERESTING)
                     shrinker.shrink()
-                finally:
                     stop = best.get(tuple(shrinker.shrink_target.choices), stop)
-            else:
-                stop.summary += " (did not fail again when run once more: is the system deterministic?)"
+            except (Abort, ReferenceBroke):
+                raise
+            except BaseException as error:  # out of budget: deleting steps costs at most a hang per step deleted
+                unfinished = why_cut(session, error)
+                stop = min(best.values(), key=lambda failure: len(failure.steps))
+                if session.interrupted:
+                    stop.mark_unfinished(unfinished)
+                    return stop
         stop = minimise(session, stop)
     except (Abort, ReferenceBroke):
         raise
     except BaseException as error:
-        stop = min(best.values(), key=lambda failure: len(failure.steps))
-        stop.mark_unfinished(why_cut(session, error))
+        unfinished = why_cut(session, error)
     finally:
         session.shrinking = False
         session.known[target] = repeats
+    if unfinished is not None:
+        stop.mark_unfinished(unfinished)
     return stop
+
+
+def costly(session: Session) -> bool:
+    """The run that just hung cost a time limit and a fresh system (an adapter that stops a call that would not end
+    and says so costs neither)."""
+    return getattr(session.system, "broken", None) is not None
 
 
 def why_cut(session: Session, error: BaseException) -> str:
@@ -656,6 +678,9 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
                    "with --threads, a race the declared Kafka release shipped. By default each is reported apart "
                    "with its shrunk trace and the releases that have it, and the check goes on and passes without "
                    "them.")
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Judge the runs on this many worker processes, each with a system of its own (an adapter each). "
+                   "The same seed gives the same outputs for any number.")
 @click.option("--shrink-budget", type=click.IntRange(0), default=SHRINK_BUDGET, show_default=True,
               help="Runs Hypothesis may spend shrinking one failure; a failure shrunk no further is reported as not "
                    "fully shrunk. A count, not a time, so the same seed shrinks alike on any machine.")
@@ -664,7 +689,7 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
                    "check's level (with --threads: as plans of the concurrent check) before any is generated, and "
                    "each failure and finding a check without --threads finds is added to it.")
 def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads, max_failures,
-                  fail_on_findings, shrink_budget, corpus):
+                  fail_on_findings, jobs, shrink_budget, corpus):
     """Check an implementation against the model with generated runs (the built-in one by default).
 
     Hypothesis drives the model and the implementation side by side; on a failure it shrinks the run to a minimal
@@ -720,7 +745,7 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
         for current in profiles:
             check_profile(console, factory, current, level, examples, steps, seed, out, results, timeout=timeout,
                           max_failures=max_failures, fail_on_findings=fail_on_findings, shrink_budget=shrink_budget,
-                          corpus=corpus)
+                          corpus=corpus, jobs=jobs)
             if results[-1].interrupted:
                 break
     except click.ClickException:

@@ -38,7 +38,7 @@ def test_a_failure_found_at_the_exact_level_is_replayed_and_reported_at_the_cont
     assert ({tuple(found.counterexample.commands) for found in contract.failures[:len(stored)]}
             == {tuple(found.counterexample.commands) for found in exact.failures})
     assert {str(found.signature) for found in contract.failures} <= {"breaks on_time", "breaks counters"}
-    assert sorted(shared.iterdir())[:len(stored)] == stored  # the same runs, stored once
+    assert set(stored) <= set(shared.iterdir())  # the same runs, stored once
 
 
 def test_check_command_replays_at_the_exact_level_what_the_contract_level_found(tmp_path, monkeypatch):

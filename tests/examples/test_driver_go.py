@@ -73,6 +73,14 @@ def test_a_broken_copy_fails_naming_the_case(vector_tree, tmp_path, mutant):
     assert replay.exit_code == 1, replay.output
 
 
+def test_the_stdio_server_answers_a_batch_as_one_request_at_a_time():
+    """stdio.Serve's own go test: a batch's answers are the requests' answers alone, skipped after a failure up to the
+    next init."""
+    done = subprocess.run(["go", "test", "-count=1", "-v", "./stdio/"], cwd=DRIVER, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0 and "--- PASS: TestBatch" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+
+
 #: go-zero's divergences (its README, "Findings"), as the contract judge words them
 GO_ZERO_FINDINGS = (
     r'error "delay_out_of_range"; the contract expects none here',  # delay 0 rejected

@@ -114,3 +114,11 @@ def test_npm_timer_wheel_is_only_ever_late(vector_tree, installed, tmp_path):
     assert expired["verdict"] == "fail" and expired["step"] == 6
     assert all(case["reason"] == "profile purgatory is not implemented" for case in cases.values()
                if case["path"].startswith("1/purgatory/"))
+
+
+@pytest.mark.parametrize("adapter", [EXAMPLES / "node-timer", TIMER_WHEEL], ids=["node-timer", "npm-timer-wheel"])
+def test_the_adapters_answer_a_batch_as_one_request_at_a_time(installed, adapter):
+    """Each adapter's own node:test (adapter.test.js): a batch's answers are the requests' answers alone, skipped
+    after a failure up to the next init."""
+    done = subprocess.run(["node", "--test"], cwd=adapter, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and "# pass 1\n" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]

@@ -37,7 +37,7 @@ const commands = {
     protocol_version: 1,
     implementation: `node-timer 1.0 (hierarchical timing wheel)${offByOne ? " with --off-by-one" : ""}`,
     profiles: ["timer"],
-    features: ["wheel"],
+    features: ["wheel", "batch"],
   }),
   init: ({ profile, params }) => {
     if (profile !== "timer") throw new Error(`profile ${profile} is not implemented`);
@@ -66,19 +66,36 @@ const commands = {
   wheel: () => timer.describe(),
 };
 
-function respond(request) {
-  const { seq, cmd, args } = request;
-  if (!(cmd in commands)) return { seq, failure: `unsupported command ${cmd}` };
+// One request's answer, alone or in a batch: its observation, or a failure when it could not be executed.
+function answer({ cmd, args }) {
+  if (cmd === "batch") return { result: batch(args.requests), events: [] };
+  if (!(cmd in commands)) return { failure: `unsupported command ${cmd}` };
   events = [];
   try {
-    return { seq, result: commands[cmd](args), events };
+    return { result: commands[cmd](args), events };
   } catch (error) {
-    if (error instanceof DomainError) return { seq, result: null, events: [], error: error.code };
+    if (error instanceof DomainError) return { result: null, events: [], error: error.code };
     process.stderr.write(`${error.stack}\n`);
-    return { seq, failure: String(error.message) };
+    return { failure: String(error.message) };
   }
 }
 
+// A whole run in one request (specs/protocol.md §3.3): each request answered as if alone; after a failure, which
+// ends its run, every request up to the next init is skipped.
+function batch(requests) {
+  let skipping = false;
+  return requests.map((request) => {
+    skipping = skipping && request.cmd !== "init";
+    if (skipping) return { skipped: true };
+    const reply = answer(request);
+    skipping = "failure" in reply;
+    return reply;
+  });
+}
+
 const input = readline.createInterface({ input: process.stdin, terminal: false });
-input.on("line", (line) => process.stdout.write(`${stringify(respond(parse(line)))}\n`));
+input.on("line", (line) => {
+  const request = parse(line);
+  process.stdout.write(`${stringify({ seq: request.seq, ...answer(request) })}\n`);
+});
 input.on("close", () => process.exit(0));

@@ -22,7 +22,7 @@ let events = [];
 const emit = (event) => events.push(event);
 
 const commands = {
-  hello: () => ({ protocol_version: 1, implementation: binding.name, profiles: binding.profiles, features: [] }),
+  hello: () => ({ protocol_version: 1, implementation: binding.name, profiles: binding.profiles, features: ['batch'] }),
   init: ({ profile, params }) => {
     run = binding.create(profile, params, emit);
     return null;
@@ -34,20 +34,35 @@ const commands = {
   shutdown: () => run.shutdown(),
 };
 
-function respond(message) {
-  process.stdout.write(JSON.stringify(message) + '\n');
+// One request's answer, alone or in a batch: its observation, or a failure when it could not be executed.
+function answer({ cmd, args }) {
+  if (cmd === 'batch') return { result: batch(args.requests), events: [] };
+  const handler = commands[cmd];
+  if (!handler) return { failure: `unsupported command ${cmd}` };
+  events = [];
+  try {
+    const result = handler(args || {});
+    return { result: result === undefined ? null : result, events };
+  } catch (error) {
+    if (error.code === 'delay_out_of_range') return { result: null, events: [], error: error.code };
+    return { failure: String(error && error.stack || error) };
+  }
+}
+
+// A whole run in one request (specs/protocol.md §3.3): each request answered as if alone; after a failure, which
+// ends its run, every request up to the next init is skipped.
+function batch(requests) {
+  let skipping = false;
+  return requests.map((request) => {
+    skipping = skipping && request.cmd !== 'init';
+    if (skipping) return { skipped: true };
+    const reply = answer(request);
+    skipping = 'failure' in reply;
+    return reply;
+  });
 }
 
 readline.createInterface({ input: process.stdin }).on('line', (line) => {
   const request = JSON.parse(line.replace(/(:\s*)(-?\d{16,})/g, '$1"$2"'));
-  const handler = commands[request.cmd];
-  if (!handler) return respond({ seq: request.seq, failure: `unsupported command ${request.cmd}` });
-  events = [];
-  try {
-    const result = handler(request.args || {});
-    respond({ seq: request.seq, result: result === undefined ? null : result, events });
-  } catch (error) {
-    if (error.code === 'delay_out_of_range') respond({ seq: request.seq, result: null, events: [], error: error.code });
-    else respond({ seq: request.seq, failure: String(error && error.stack || error) });
-  }
+  process.stdout.write(JSON.stringify({ seq: request.seq, ...answer(request) }) + '\n');
 });

@@ -15,23 +15,17 @@ func Serve(b driver.Binding, in io.Reader, out io.Writer) error {
 	scanner.Buffer(nil, 16<<20)
 	encoder := json.NewEncoder(out)
 	for scanner.Scan() {
-		var request struct {
-			Seq  json.Number    `json:"seq"`
-			Cmd  string         `json:"cmd"`
-			Args map[string]any `json:"args"`
+		var r request
+		var response map[string]any
+		if err := remarshal(json.RawMessage(scanner.Bytes()), &r); err != nil {
+			response = map[string]any{"failure": err.Error()}
+		} else {
+			response = respond(b, r)
 		}
-		response := map[string]any{"events": []driver.Event{}, "result": nil}
-		err := remarshal(json.RawMessage(scanner.Bytes()), &request)
-		if request.Seq == "" {
-			request.Seq = "0"
+		if r.Seq == "" {
+			r.Seq = "0"
 		}
-		response["seq"] = request.Seq
-		if err == nil {
-			err = answer(b, request.Cmd, request.Args, response)
-		}
-		if err != nil {
-			response = map[string]any{"seq": request.Seq, "failure": err.Error()}
-		}
+		response["seq"] = r.Seq
 		if err := encoder.Encode(response); err != nil {
 			return err
 		}
@@ -39,11 +33,42 @@ func Serve(b driver.Binding, in io.Reader, out io.Writer) error {
 	return scanner.Err()
 }
 
+type request struct {
+	Seq  json.Number    `json:"seq"`
+	Cmd  string         `json:"cmd"`
+	Args map[string]any `json:"args"`
+}
+
+// respond answers one request, alone or in a batch: its observation, or a failure when it could not be executed.
+func respond(b driver.Binding, r request) map[string]any {
+	response := map[string]any{"events": []driver.Event{}, "result": nil}
+	if err := answer(b, r.Cmd, r.Args, response); err != nil {
+		return map[string]any{"failure": err.Error()}
+	}
+	return response
+}
+
+// batch answers a whole run in one request (specs/protocol.md §3.3): each request as if it came alone, and every
+// one after a failure, up to the next init, skipped (a failure ends its run).
+func batch(b driver.Binding, requests []request) []map[string]any {
+	answers, skipping := make([]map[string]any, 0, len(requests)), false
+	for _, r := range requests {
+		if skipping = skipping && r.Cmd != "init"; skipping {
+			answers = append(answers, map[string]any{"skipped": true})
+			continue
+		}
+		reply := respond(b, r)
+		_, skipping = reply["failure"]
+		answers = append(answers, reply)
+	}
+	return answers
+}
+
 func answer(b driver.Binding, cmd string, args map[string]any, response map[string]any) error {
 	switch cmd {
 	case "hello":
 		hello := map[string]any{"protocol_version": 1, "implementation": b.Name, "profiles": b.Profiles,
-			"features": append([]string{}, b.Features...), "declarations": b.Declarations}
+			"features": append(append([]string{}, b.Features...), "batch"), "declarations": b.Declarations}
 		if len(b.Unsupported) > 0 {
 			hello["unsupported_commands"] = b.Unsupported
 		}
@@ -58,6 +83,15 @@ func answer(b driver.Binding, cmd string, args map[string]any, response map[stri
 			return err
 		}
 		return b.System.Init(init.Profile, init.Params)
+	case "batch":
+		var run struct {
+			Requests []request `json:"requests"`
+		}
+		if err := remarshal(args, &run); err != nil {
+			return err
+		}
+		response["result"] = batch(b, run.Requests)
+		return nil
 	}
 	o, err := b.System.Step(cmd, args)
 	response["result"], response["events"] = o.Result, driver.NonNil(o.Events)
