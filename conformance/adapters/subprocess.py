@@ -106,6 +106,8 @@ class AdapterStopped(AdapterTimedOut):
     """The adapter stopped a call that would not end and said so (a ``hung`` answer): a hang, found at once, that
     leaves the adapter usable for the next run."""
 
+    kind = "adapter stopped a call that would not end"
+
 
 def echoed_seq(line: bytes) -> object:
     """The seq a response line echoes, if it is a JSON object with one (the line is validated later, in full)."""
@@ -192,31 +194,29 @@ class SubprocessSystem:
             answers = self.request("batch", {"requests": requests})["result"]
         except AdapterError as error:
             return Played(init_error=error, batched=True, unanswered=True)
-        what = f"request {self.next_seq - 1} (batch)"
+        what = f"response to request {self.next_seq - 1} (batch)"
         if not isinstance(answers, list) or len(answers) != len(requests):
-            raise self._break(ProtocolViolation(f"{what}: expected {len(requests)} answers, got "
-                                                f"{shorten(json.dumps(answers))}"))
+            return Played(init_error=self._break(ProtocolViolation(
+                f"{what}: expected {len(requests)} answers, got {shorten(json.dumps(answers))}")), batched=True)
         observed = []
         for index, (request, answer) in enumerate(zip(requests, answers)):
             where = f"{what}, answer {index} ({request['cmd']})"
             try:
                 validate("batch_answer", answer)
+                failed = (AdapterFailed(f"{where}: {answer['failure']}") if "failure" in answer else
+                          AdapterStopped(f"{where}: {answer['hung']}") if "hung" in answer else None)
+                if "skipped" in answer:
+                    raise ValueError("skipped, though nothing before it failed")
+                if index == 0 and failed is None and (answer["result"] is not None or answer["events"]):
+                    raise ValueError("init must answer null with no events")
             except ValueError as error:
-                raise self._break(ProtocolViolation(f"{where}: {error}")) from None
-            failed = (AdapterFailed(f"{where}: {answer['failure']}") if "failure" in answer else
-                      AdapterStopped(f"{where}: {answer['hung']}") if "hung" in answer else
-                      ProtocolViolation(f"{where}: skipped, though nothing before it failed") if "skipped" in answer
-                      else None)
-            if isinstance(failed, ProtocolViolation):
-                raise self._break(failed)
-            if index == 0:
-                if failed is not None or answer["result"] is not None or answer["events"]:
-                    return Played(init_error=failed or self._break(ProtocolViolation(
-                        f"{where}: init must answer null with no events")), batched=True)
-                continue
+                failed = self._break(ProtocolViolation(f"{where}: {error}"))
+            if index == 0 and failed is not None:
+                return Played(init_error=failed, batched=True)
             if failed is not None:
                 return Played(tuple(observed), failed, batched=True)
-            observed.append(observation_from_json(answer))
+            if index:
+                observed.append(observation_from_json(answer))
         return Played(tuple(observed), batched=True)
 
     # --- concurrent runs (features concurrent, barrier, gates) ------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Callable
 
 import attrs
 
-from kpurgatory.conformance.adapters.subprocess import (AdapterCrashed, AdapterError, AdapterFailed, AdapterGarbage,
+from kpurgatory.conformance.adapters.subprocess import (AdapterCrashed, AdapterError, AdapterFailed, AdapterGarbage, AdapterStopped,
                                                          AdapterTimedOut, ProtocolViolation)
 from kpurgatory.conformance.check.compare import Difference
 from kpurgatory.model import Model
@@ -87,7 +87,7 @@ class Recorded(Exception):
 
 
 #: the adapter errors a counterexample may record, each by the kind its text starts with
-RECORDED_KINDS = (AdapterCrashed, AdapterTimedOut, AdapterGarbage, ProtocolViolation, AdapterFailed)
+RECORDED_KINDS = (AdapterCrashed, AdapterTimedOut, AdapterStopped, AdapterGarbage, ProtocolViolation, AdapterFailed)
 #: where an adapter error's text gives way to the adapter's stderr (`AdapterError`)
 STDERR_TAIL = "\n--- adapter stderr (tail) ---\n"
 
@@ -154,6 +154,7 @@ def family(error: Exception | None) -> str | None:
 #: random far adds, 1,043 had not ended after 30,000 levels, 8 ended between 300 and 18,000 levels, the rest within
 #: 300 (where one ends past this limit, Kafka's JVM may well have overflowed its stack first)
 CLIMB_LIMIT = 2_000
+ENDLESS_CLIMB = f"an add climbed past {CLIMB_LIMIT} overflow wheels of wrapped intervals"
 #: bucket releases in one advance before it counts as a livelock (a run holds at most a few dozen entries)
 RELEASE_LIMIT = 10_000
 
@@ -235,7 +236,9 @@ class KafkaTimer:
             del bucket.entries[task]
 
     def _place(self, task: str, expiration: int) -> bool:
-        """TimingWheel.add from the finest level up (Kafka recurses; a loop here, with `CLIMB_LIMIT`)."""
+        """TimingWheel.add from the finest level up (Kafka recurses; a loop here, with `CLIMB_LIMIT`). After a
+        `KafkaFailed` the timer's state is not Kafka's (nor is there one to be had: Kafka threw or never returned)."""
+        foreseen = False
         for k in range(CLIMB_LIMIT):
             level = self.levels[k]
             if expiration < PY.add(level.current, level.tick):
@@ -254,8 +257,28 @@ class KafkaTimer:
                     heapq.heappush(self.queue, (bucket_expiration, next(self.offers), bucket))
                 return True
             if k + 1 == len(self.levels):
+                if level.current == 0 and not foreseen:
+                    self._foresee_climb(k, expiration)
+                    foreseen = True
                 self.levels.append(self._level(level.interval, level.current))
-        raise KafkaFailed("recursion", f"an add climbed past {CLIMB_LIMIT} overflow wheels of wrapped intervals")
+        raise KafkaFailed("recursion", ENDLESS_CLIMB)
+
+    def _foresee_climb(self, top: int, expiration: int) -> None:
+        """Raise the failure that the climb past the top level ``top`` (whose current time is 0) ends in, if it
+        fails, without building the levels: an endless climb would build `CLIMB_LIMIT` of them for each such add. A
+        level created from a current time of 0 starts at 0 (0 - 0 % tick), so the climb compares the deadline with
+        each new level's tick and interval alone, and each interval is the next level's tick."""
+        tick = self.levels[top].interval  # of the level the climb creates next
+        span = 2 ** PY.width  # PY.mul is written out below: the loop may run CLIMB_LIMIT times
+        for k in range(top + 1, CLIMB_LIMIT + 1):
+            if tick == 0:
+                self._level(tick, 0)  # raises divide-by-zero, as creating level k does
+            if k == CLIMB_LIMIT:
+                raise KafkaFailed("recursion", ENDLESS_CLIMB)
+            interval = (tick * self.size - PY.min) % span + PY.min
+            if expiration < tick or expiration < interval:
+                return  # due at, or placed in, level k: the climb ends there
+            tick = interval
 
     def advance(self, to_ms: int) -> list[str]:
         """advanceClock on the virtual clock: release every bucket due by ``to_ms``; the tasks run, in order."""
@@ -301,11 +324,11 @@ def climbs_past_long_max(timer: SystemTimer, expiration: int) -> bool:
     expired" test, or + interval, the window end), at a level it passes through or lands in, or creates on the way."""
     if expiration > v.LONG_MAX:
         return True
-    levels = list(timer.timing_wheel.levels())
-    current, tick, size = levels[0].current_time_ms, levels[0].tick_ms, levels[0].wheel_size
-    for k in itertools.count():
-        if k < len(levels):
-            current, tick = levels[k].current_time_ms, levels[k].tick_ms
+    size = timer.timing_wheel.wheel_size
+    # the levels that exist, walked only as far as the climb goes (None: one it would create)
+    for wheel in itertools.chain(timer.timing_wheel.levels(), itertools.repeat(None)):
+        if wheel is not None:
+            current, tick = wheel.current_time_ms, wheel.tick_ms
         else:  # the overflow wheel the climb would create: tick = the interval below, started at its current time
             current, tick = current - current % (tick * size), tick * size
         if current + tick > v.LONG_MAX or expiration < current + tick:
@@ -426,8 +449,7 @@ class KafkaShadow:
 
 
 def pending_entries(timer: SystemTimer) -> dict[str, TimerTaskEntry]:
-    return {entry.task.task_id: entry for wheel in timer.timing_wheel.levels() for bucket in wheel.buckets
-            for entry in bucket.entries}
+    return {entry.task.task_id: entry for bucket in timer.occupied_buckets() for entry in bucket.entries}
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -52,9 +52,9 @@ from kpurgatory.model.machine import CommandError
 #: while a failure is shrunk, shrinking stops and the shortest failing run so far is reported, marked as not fully
 #: shrunk; after this many more with failures already reported, exploration stops
 HANG_BUDGET = 8
-#: runs Hypothesis may spend shrinking one failure (kpurgatory check --shrink-budget): a count, where Hypothesis's own
-#: limit is five minutes of wall-clock time (`conformance.check.sequential.without_shrink_time_limit`), so that a loaded
-#: machine shrinks exactly as far as a quiet one. Shrinking a failure typically takes a few hundred runs
+#: runs Hypothesis's shrinker may spend on one failure (kpurgatory check --shrink-budget): a count, where Hypothesis's
+#: own limit is five minutes of wall-clock time (which `conformance.check.sequential.shrink` does not go through), so
+#: that a loaded machine shrinks exactly as far as a quiet one. Shrinking a failure typically takes a few hundred runs
 SHRINK_BUDGET = 5000
 #: a Kafka finding is named and known before it is shrunk: its shrinking gets this much of the budget at most
 FINDING_SHRINK_BUDGET = 500
@@ -62,6 +62,9 @@ FINDING_SHRINK_BUDGET = 500
 
 #: the signature kind of a run the reference model itself failed on
 REFERENCE_BROKE = "reference broke"
+#: the signature kinds of a system that broke: a batch it breaks on is sent again one request at a time to a fresh
+#: system, to find where; shrinking such a failure sends one request at a time from the start
+BREAKS = ("adapter crashed", "adapter wrote garbage", "protocol violation", "hung")
 
 
 class Stop(BaseException):
@@ -154,6 +157,8 @@ class Session:
     exploring: bool = False
     #: why exploration ended before its budget (`Cut`)
     cut_short: str | None = None
+    #: runs go to the system in one batch where it takes batches (`judge`)
+    batching: bool = True
 
     def __attrs_post_init__(self) -> None:
         self.coverage = Coverage(self.profile, self.hello.declarations.watcher_shards)
@@ -591,7 +596,7 @@ def judge(session: Session, run: Drawn) -> Divergence | None:
     session.go_on()
     session.renew(run.params)
     sent = run.sent
-    played = play(session.system, run.profile, run.params, [step.command for step in sent])
+    played = play(session.system, run.profile, run.params, [step.command for step in sent], session.batching)
     if played.unanswered:
         session.renew(run.params)
         played = play(session.system, run.profile, run.params, [step.command for step in sent], batch=False)

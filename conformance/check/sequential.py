@@ -49,7 +49,7 @@ from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.findings import Finding, Signature
 from kpurgatory.conformance.check.choices import ConjectureChoices
 from kpurgatory.conformance.check.workers import judge_run, judged_runs, merge
-from kpurgatory.conformance.check.machine import (FINDING_SHRINK_BUDGET, HANG_BUDGET, REFERENCE_BROKE, SHRINK_BUDGET,
+from kpurgatory.conformance.check.machine import (BREAKS, FINDING_SHRINK_BUDGET, HANG_BUDGET, REFERENCE_BROKE, SHRINK_BUDGET,
                                                   Abort, Cut, Divergence, Drawn, ReferenceBroke, Session, Stop,
                                                   draw_run, judge, minimise, rerun)
 from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
@@ -438,6 +438,7 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
             data.mark_interesting(SHRUNK)
 
     session.shrinking = True
+    session.batching = stop.error is None or target.kind not in BREAKS
     unfinished = None
     try:
         if run is not None:
@@ -465,7 +466,7 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
     except BaseException as error:
         unfinished = why_cut(session, error)
     finally:
-        session.shrinking = False
+        session.shrinking, session.batching = False, True
         session.known[target] = repeats
     if unfinished is not None:
         stop.mark_unfinished(unfinished)

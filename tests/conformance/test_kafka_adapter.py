@@ -74,7 +74,8 @@ def test_hello_names_the_kafka_build_and_lists_both_profiles_and_every_feature(a
     process.stdin.close()
     assert process.wait(10) == 0
     assert hello["profiles"] == ["timer", "purgatory"]
-    assert set(hello["features"]) == {"concurrent", "barrier", "gates", "wheel", "watcher_keys", "delay_queue"}
+    assert set(hello["features"]) == {"concurrent", "barrier", "gates", "wheel", "watcher_keys", "delay_queue",
+                                      "batch"}
     assert adapter.split()[-1] in hello["implementation"]
 
 
@@ -206,5 +207,103 @@ def test_set_ready_false_overrides_ready_on(adapter):
     for seq, (cmd, args, result) in enumerate(steps, start=1):
         send(process, {"seq": seq, "cmd": cmd, "args": args})
         assert receive(process, 1)[seq]["result"] == result, cmd
+    process.stdin.close()
+    assert process.wait(10) == 0
+
+
+LONG_MAX = 2**63 - 1
+#: the stand-ins share Kafka's wheel arithmetic, so its hangs past the model's domain (conformance/check/findings.py)
+HANGS = {
+    # the overflow intervals of an odd wheel wrap without ever covering the deadline: the add climbs without end
+    "odd-wheel-recursion": [{"cmd": "init", "args": {"profile": "timer", "params": {
+        "tick_ms": 1, "wheel_size": 3, "start_ms": 0, "purge_interval": 1000}}},
+        {"cmd": "timer_add", "args": {"task": "t", "delay_ms": LONG_MAX}}],
+    # the entry lands in a bucket whose wrapped expiration is due at once, and its flush re-inserts it there forever
+    "reinsertion-livelock": [{"cmd": "init", "args": {"profile": "purgatory", "params": {
+        "tick_ms": 3, "wheel_size": 6, "start_ms": 0, "purge_interval": 1000}}},
+        {"cmd": "watch", "args": {"op": "a", "keys": ["k"], "delay_ms": 2**62 - 1, "ready_on": None}},
+        {"cmd": "advance", "args": {"to_ms": 0}}],
+}
+#: runs of every kind of answer: observations (an error too), Kafka's own exception, both hangs, each followed by what
+#: a batch skips, and a run after them
+BATCH = [
+    INIT, {"cmd": "watch", "args": {"op": "a", "keys": ["k", "j"], "delay_ms": 15, "ready_on": None}},
+    {"cmd": "watch", "args": {"op": "b", "keys": [], "delay_ms": 5, "ready_on": None}},
+    {"cmd": "watch", "args": {"op": "c", "keys": ["k"], "delay_ms": 50, "ready_on": 3}},
+    {"cmd": "watcher_keys"}, {"cmd": "wheel"}, {"cmd": "delay_queue"}, {"cmd": "check", "args": {"key": "k"}},
+    {"cmd": "set_ready", "args": {"op": "a", "ready": False}}, {"cmd": "advance", "args": {"to_ms": 15}},
+    {"cmd": "watched"}, {"cmd": "shutdown"},
+    {"cmd": "init", "args": {"profile": "timer", "params": {
+        "tick_ms": 1, "wheel_size": 2, "start_ms": 0, "purge_interval": 1000}}},
+    {"cmd": "timer_add", "args": {"task": "t", "delay_ms": LONG_MAX}},  # Kafka's / by zero: a failure
+    {"cmd": "size"},
+    *HANGS["odd-wheel-recursion"], {"cmd": "size"},
+    *HANGS["reinsertion-livelock"], {"cmd": "watched"},
+    {"cmd": "init", "args": {"profile": "timer", "params": {
+        "tick_ms": 1, "wheel_size": 20, "start_ms": 0, "purge_interval": 1000}}},
+    {"cmd": "timer_add", "args": {"task": "t", "delay_ms": 8}}, {"cmd": "advance", "args": {"to_ms": 8}},
+    {"cmd": "size"}]
+
+
+def one_at_a_time(adapter: str, requests: list[dict]) -> list[dict]:
+    """Each request's answer sent alone, as a batch answers it: without seq and exec_ns, and skipped after a failure
+    or hang until the next init."""
+    process = start(adapter)
+    answers, skipping = [], False
+    for seq, request in enumerate(requests):
+        if skipping and request["cmd"] != "init":
+            answers.append({"skipped": True})
+            continue
+        send(process, {"seq": seq, **request})
+        answer = receive(process, 1)[seq]
+        del answer["seq"]
+        answer.pop("exec_ns", None)
+        skipping = "failure" in answer or "hung" in answer
+        answers.append(answer)
+    process.stdin.close()
+    assert process.wait(10) == 0
+    return answers
+
+
+def test_a_batch_answers_each_request_as_it_is_answered_alone(adapter):
+    process = start(adapter)
+    send(process, {"seq": 0, "cmd": "batch", "args": {"requests": [{"args": {}, **request} for request in BATCH]}})
+    response = receive(process, 1)[0]
+    process.stdin.close()
+    assert process.wait(10) == 0
+    assert response["events"] == [] and "exec_ns" not in response
+    answers = response["result"]
+    assert answers == one_at_a_time(adapter, BATCH)
+    kinds = [next(iter({"failure", "hung", "skipped"} & answer.keys()), "observed") for answer in answers]
+    assert kinds.count("hung") == 2 and kinds.count("failure") == 1 and kinds.count("skipped") == 3
+    assert answers[2] == {"result": None, "events": [], "error": "empty_keys"}
+    assert answers[-2] == {"result": None, "events": [{"event": "run", "task": "t"}]}
+
+
+def test_a_batch_holds_a_runs_commands_only(adapter):
+    process = start(adapter)
+    requests = [INIT, {"cmd": "hello", "args": {"protocol_version": 1}}, {"cmd": "watched", "args": {}}, INIT,
+                {"cmd": "watched", "args": {}, "gate": {"id": "g", "try": 1}}]
+    send(process, {"seq": 0, "cmd": "batch", "args": {"requests": requests}})
+    answers = receive(process, 1)[0]["result"]
+    process.stdin.close()
+    assert process.wait(10) == 0
+    assert [next(iter(answer)) for answer in answers] == ["result", "failure", "skipped", "result", "failure"]
+
+
+@pytest.mark.parametrize("hang", sorted(HANGS))
+def test_a_known_hang_is_answered_hung_and_the_adapter_takes_the_next_run(adapter, hang):
+    """Past the model's domain Kafka's wheel climbs overflow wheels or re-inserts an entry without end: the adapter
+    stops the call itself and says so, rather than leaving the harness to wait out its timeout and kill it."""
+    process = start(adapter)
+    answers = []
+    for seq, request in enumerate(HANGS[hang]):
+        send(process, {"seq": seq, **request})
+        answers.append(receive(process, 1)[seq])
+    *answered, last = answers
+    assert all("result" in answer for answer in answered)
+    assert last.keys() == {"seq", "hung"}, last
+    send(process, {"seq": 10, **INIT}, {"seq": 11, "cmd": "watched"})
+    assert receive(process, 2)[11]["result"] == 0
     process.stdin.close()
     assert process.wait(10) == 0

@@ -40,6 +40,7 @@ BREAKS = {  # mode: (kind, detail); the adapter misbehaves on the third command 
     "wrong-seq": ("protocol violation", "responses must echo their request's seq"),
     "bad-event": ("protocol violation", "response to request"),
     "failure": ("adapter reported a failure", "the implementation cannot do that"),
+    "hung": ("adapter stopped a call that would not end", "it would never end"),
 }
 
 
@@ -65,7 +66,7 @@ def test_a_broken_adapter_fails_the_check_saying_how_with_a_shrunk_run_that_repl
                        steps=10, seed=1, out_dir=tmp_path, max_failures=1)
     assert not result.passed
     assert f"step 3: system failed: {kind}: " in result.failure_summary and detail in result.failure_summary
-    signature_kind = "hung" if mode == "hang" else kind
+    signature_kind = "hung" if mode in ("hang", "hung") else kind
     assert result.shrunk_length == 3 and [found.signature.kind for found in result.failures] == [signature_kind]
     trace = result.counterexample
     assert len(trace.steps) == 3 and len(result.report.outcomes) == 2

@@ -41,7 +41,7 @@ case $era in
     *) echo "run.sh: unknown era '$era'"$'\n'"$usage" >&2; exit 2 ;;
 esac
 sources=()
-for part in "${parts[@]}" scala-op-lock scala-op-no-lock; do
+for part in "${parts[@]}" scala-op-lock scala-op-no-lock scala-op-java-timer; do
     [ -d "$here/$part" ] && while IFS= read -r -d '' file; do sources+=("$file"); done \
         < <(find "$here/$part" -name '*.java' -print0 | sort -z)
 done
@@ -55,15 +55,20 @@ if [ ! -e "$cache/.compiled" ]; then
             *) compiled+=("$file") ;;
         esac
     done
-    if [ "$era" != java-purgatory ]; then
-        # DelayedOperation's constructor took an optional lock from 0.11.0.2 on; a Java subclass must name one.
-        variant=scala-op-no-lock
-        if javap -cp "$classpath" kafka.server.DelayedOperation 2>/dev/null \
-                | grep -q 'DelayedOperation(long, scala.Option'; then
-            variant=scala-op-lock
-        fi
-        compiled+=("$here/$variant"/kpurgatory/kafka/*.java)
-    fi
+    # The Scala ops' base class: DelayedOperation's constructor took an optional lock from 0.11.0.2 on, which a Java
+    # subclass must name, and on the Java timer (3.6 on) the base lives partly in the timer's package.
+    case $era in
+        scala-purgatory-java-timer) variant=scala-op-java-timer ;;
+        scala-purgatory-*)
+            variant=scala-op-no-lock
+            if javap -cp "$classpath" kafka.server.DelayedOperation 2>/dev/null \
+                    | grep -q 'DelayedOperation(long, scala.Option'; then
+                variant=scala-op-lock
+            fi ;;
+        *) variant= ;;
+    esac
+    [ -z "$variant" ] || while IFS= read -r -d '' file; do compiled+=("$file"); done \
+        < <(find "$here/$variant" -name '*.java' -print0 | sort -z)
     kafka_compile "the adapter" "$era" "$classpath" "${compiled[@]}"
 fi
 [ -z "$compile_only" ] || exit 0

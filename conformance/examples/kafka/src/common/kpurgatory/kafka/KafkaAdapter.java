@@ -30,9 +30,16 @@ import java.util.concurrent.Future;
  * request that names a gate stops at it inside a tryComplete until the harness opens it ({@code gates}; the control
  * requests await_gate and open_gate are answered at once, beside the others). The answer to every command of a run
  * carries {@code exec_ns}: this JVM's monotonic clock just before and just after the call into Kafka.
+ *
+ * <p>A {@code batch} (a whole run, or several, in one request) runs alone too, on the reading thread, its requests one
+ * after the other exactly as if each came alone, and is answered with one answer per request ({@code batch}). A call
+ * the adapter's timer stopped because it would not end ({@link Hang}), or that overflowed the stack, is answered
+ * {@code hung}.
  */
 public final class KafkaAdapter {
-    private static final Set<String> ALONE = Set.of("hello", "init", "shutdown");
+    private static final Set<String> ALONE = Set.of("hello", "init", "shutdown", "batch");
+    /** What a batch may not hold: requests that are not a run's commands. */
+    private static final Set<String> NOT_IN_BATCH = Set.of("hello", "batch", "await_gate", "open_gate");
     private static final Era ERA = new KafkaEra();
     /** The release the classpath holds, when run.sh was told (hello declares it: the model follows that release). */
     private static final String VERSION = System.getProperty("kpurgatory.kafka.version", "");
@@ -185,38 +192,88 @@ public final class KafkaAdapter {
 
     private Map<String, Object> handle(Map<String, Object> request) {
         Long seq = (Long) request.get("seq");
+        @SuppressWarnings("unchecked")
+        Map<String, Object> args = (Map<String, Object>) request.get("args");
+        Map<String, Object> response = KafkaSystem.object("seq", seq);
+        if ("batch".equals(request.get("cmd"))) {
+            try {
+                response.put("result", batch(args));
+                response.put("events", List.of());
+            } catch (RuntimeException e) {
+                return failure(seq, e);
+            }
+        } else {
+            response.putAll(execute(seq, request.get("cmd"), args, request.get("gate"), true));
+        }
+        return response;
+    }
+
+    /** The batch's answers: each request's, until a failure or hang, then "skipped" up to the next init. */
+    private List<Object> batch(Map<String, Object> args) {
+        Object requests = args.get("requests");
+        if (!(requests instanceof List)) throw new IllegalArgumentException("requests: an array is required");
+        List<Object> answers = new ArrayList<>();
+        boolean skipping = false;
+        for (Object item : (List<?>) requests) {
+            Map<?, ?> request = object(item, "a batch's request");
+            Object cmd = request.get("cmd");
+            if (skipping && !"init".equals(cmd)) {
+                answers.add(KafkaSystem.object("skipped", true));
+                continue;
+            }
+            Map<String, Object> answer;
+            if (NOT_IN_BATCH.contains(cmd) || request.containsKey("barrier") || request.containsKey("gate")) {
+                answer = failure(null, new IllegalArgumentException(
+                    "a batch holds a run's commands only, without barrier or gate: not " + Json.write(request)));
+            } else if (!(request.get("args") instanceof Map)) {
+                answer = failure(null, new IllegalArgumentException("a batch's request needs args (an object)"));
+            } else {
+                @SuppressWarnings("unchecked")
+                Map<String, Object> commandArgs = (Map<String, Object>) request.get("args");
+                answer = execute(null, cmd, commandArgs, null, false);
+            }
+            skipping = answer.containsKey("failure") || answer.containsKey("hung");
+            answers.add(answer);
+        }
+        return answers;
+    }
+
+    /**
+     * One command's answer without its seq: {@code result} and {@code events} (and {@code error}, and when
+     * {@code timed} {@code exec_ns}), or {@code failure}, or {@code hung}. {@code seq} (null in a batch) names it in
+     * the diagnostics on stderr.
+     */
+    private Map<String, Object> execute(Long seq, Object cmd, Map<String, Object> args, Object gateHolder,
+                                        boolean timed) {
         Gate gate = null;
         try {
-            @SuppressWarnings("unchecked")
-            Map<String, Object> args = (Map<String, Object>) request.get("args");
-            Object cmd = request.get("cmd");
-            if ("hello".equals(cmd)) return KafkaSystem.object("seq", seq, "result", hello(), "events", List.of());
+            if ("hello".equals(cmd)) return KafkaSystem.object("result", hello(), "events", List.of());
             if ("init".equals(cmd)) {
                 if (system != null) system.close();
                 system = null;
                 gates.clear();
                 system =
                     new KafkaSystem(ERA, KafkaSystem.string(args, "profile"), object(args.get("params"), "params"));
-                return KafkaSystem.object("seq", seq, "result", null, "events", List.of());
+                return KafkaSystem.object("result", null, "events", List.of());
             }
             if (!(cmd instanceof String)) throw new IllegalArgumentException("cmd: a string is required");
             if (system == null) throw new IllegalStateException(cmd + " before init");
             long gateTry = 0;
-            if (request.get("gate") != null) {
-                gate = gate(request.get("gate"), "id");
-                gateTry = KafkaSystem.integer(object(request.get("gate"), "gate"), "try");
+            if (gateHolder != null) {
+                gate = gate(gateHolder, "id");
+                gateTry = KafkaSystem.integer(object(gateHolder, "gate"), "try");
             }
             Call call = Call.begin(gate, gateTry);
             long start = System.nanoTime();
             KafkaSystem.Outcome outcome = system.execute((String) cmd, args);
             long end = System.nanoTime();
-            Map<String, Object> response =
-                KafkaSystem.object("seq", seq, "result", outcome.result(), "events", call.events);
-            if (outcome.error() != null) response.put("error", outcome.error());
-            response.put("exec_ns", List.of(start, end));
-            return response;
-        } catch (Throwable e) {  // Kafka's own exceptions and errors (a stack overflow too) are reported, not fatal
-            return failure(seq, e);
+            Map<String, Object> answer = KafkaSystem.object("result", outcome.result(), "events", call.events);
+            if (outcome.error() != null) answer.put("error", outcome.error());
+            if (timed) answer.put("exec_ns", List.of(start, end));
+            return answer;
+        } catch (Throwable e) {  // Kafka's own exceptions and errors are reported, not fatal
+            Throwable hang = hangIn(e);
+            return hang != null ? hung(seq, hang) : failure(seq, e);
         } finally {
             if (gate != null) gate.passedBy();
         }
@@ -225,7 +282,7 @@ public final class KafkaAdapter {
     private static Map<String, Object> hello() {
         List<String> profiles = new ArrayList<>(List.of("timer"));
         if (ERA.canAdvancePurgatory()) profiles.add("purgatory");
-        List<String> features = new ArrayList<>(List.of("concurrent", "barrier", "gates", "delay_queue"));
+        List<String> features = new ArrayList<>(List.of("concurrent", "barrier", "gates", "delay_queue", "batch"));
         if (Timers.canReadWheel()) features.add("wheel");
         if (KafkaSystem.canReadWatcherKeys(ERA.purgatoryClass())) features.add("watcher_keys");
         Map<String, Object> hello = KafkaSystem.object("protocol_version", 1L, "implementation", implementation(),
@@ -253,14 +310,34 @@ public final class KafkaAdapter {
         return (Map<?, ?>) value;
     }
 
+    /** A failure response, or a batch's failure answer when {@code seq} is null. */
     private static Map<String, Object> failure(Long seq, Throwable error) {
         StringBuilder text = new StringBuilder(error.getClass().getName());
         if (error.getMessage() != null) text.append(": ").append(error.getMessage());
         StackTraceElement[] frames = error.getStackTrace();
         if (frames.length > 0) text.append(" (at ").append(frames[0]).append(')');
-        System.err.println("request " + seq + ": " + text);
+        System.err.println("request " + (seq == null ? "in a batch" : seq) + ": " + text);
         for (int i = 0; i < Math.min(frames.length, 12); i++) System.err.println("\tat " + frames[i]);
-        return KafkaSystem.object("seq", seq, "failure", text.toString());
+        return withSeq(seq, "failure", text.toString());
+    }
+
+    /** What stopped a call that would not have ended: the timer's {@link Hang}, or a stack overflow; else null. */
+    private static Throwable hangIn(Throwable error) {
+        for (Throwable cause = error; cause != null; cause = cause.getCause())
+            if (cause instanceof Hang || cause instanceof StackOverflowError) return cause;
+        return null;
+    }
+
+    private static Map<String, Object> hung(Long seq, Throwable hang) {
+        StackTraceElement[] frames = hang.getStackTrace();
+        String text = hang instanceof Hang ? hang.getMessage() : "the call recursed until the stack overflowed"
+            + (frames.length > 0 ? " (StackOverflowError at " + frames[0] + ")" : "");
+        System.err.println("request " + (seq == null ? "in a batch" : seq) + " stopped: " + text);
+        return withSeq(seq, "hung", text);
+    }
+
+    private static Map<String, Object> withSeq(Long seq, String kind, String text) {
+        return seq == null ? KafkaSystem.object(kind, text) : KafkaSystem.object("seq", seq, kind, text);
     }
 
     private void answer(Map<String, Object> response) {

@@ -3,11 +3,10 @@ package kpurgatory.kafka;
 import kpurgatory.kafka.Operations.Delayed;
 import kpurgatory.kafka.Operations.Script;
 
-import org.apache.kafka.server.purgatory.DelayedOperation;
 import org.apache.kafka.server.purgatory.DelayedOperationKey;
 import org.apache.kafka.server.purgatory.DelayedOperationPurgatory;
+import org.apache.kafka.server.util.timer.Climbing;
 import org.apache.kafka.server.util.timer.Timer;
-import org.apache.kafka.server.util.timer.TimerTask;
 
 import java.util.ArrayList;
 import java.util.List;
@@ -104,7 +103,7 @@ final class KafkaEra implements Era {
         return new Key(label);
     }
 
-    private static final class Task extends TimerTask implements Operations.Scheduled {
+    private static final class Task extends Climbing.Task implements Operations.Scheduled {
         private final String id;
 
         Task(String id, long delayMs) {
@@ -128,7 +127,7 @@ final class KafkaEra implements Era {
         }
     }
 
-    private static final class Op extends DelayedOperation implements Delayed {
+    private static final class Op extends Climbing.Operation implements Delayed {
         private final Script script;
 
         Op(Script script) {

@@ -1,6 +1,7 @@
 package kafka.utils.timer;
 
 import kpurgatory.kafka.Era;
+import kpurgatory.kafka.Hang;
 import kpurgatory.kafka.Internals;
 import kpurgatory.kafka.Operations;
 import scala.runtime.AbstractFunction1;
@@ -33,6 +34,8 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * calling thread runs those tasks itself, in the order they were handed over, right after it let go of the timer's
  * lock and before {@code add} or {@code advanceClock} returns. So a task runs in the command that made it due.</li>
  * </ul>
+ * An add that climbs overflow wheels without end (the Scala ops' base class counts the levels it visits), or an
+ * advance that never stops releasing and re-inserting, is stopped as a {@link Hang}.
  */
 public abstract class VirtualWheel implements Era.Clock {
     private final DelayQueue<TimerTaskList> delayQueue = new DelayQueue<>();
@@ -98,10 +101,16 @@ public abstract class VirtualWheel implements Era.Clock {
         boolean released = false;
         lock.writeLock().lock();
         try {
+            Hang.Advance advance = new Hang.Advance(nowMs.get(), taskCounter.get(), delayQueue.size());
             for (TimerTaskList bucket = takeDue(); bucket != null; bucket = takeDue()) {
                 released = true;
+                advance.released(bucket.getExpiration());
                 timingWheel.advanceClock(bucket.getExpiration());
-                bucket.flush(function(this::place));
+                TimerTaskList flushed = bucket;
+                bucket.flush(function(entry -> {
+                    place(entry);
+                    advance.reinserted(entry.list() == flushed);
+                }));
             }
         } finally {
             lock.writeLock().unlock();
@@ -129,7 +138,7 @@ public abstract class VirtualWheel implements Era.Clock {
     }
 
     private void place(TimerTaskEntry entry) {
-        if (!timingWheel.add(entry) && !entry.cancelled()) handedOver.get().add(entry.timerTask());
+        if (!Hang.climb(() -> timingWheel.add(entry)) && !entry.cancelled()) handedOver.get().add(entry.timerTask());
     }
 
     private TimerTaskList takeDue() {

@@ -2,7 +2,6 @@ package org.apache.kafka.server.util.timer;
 
 import java.util.ArrayList;
 import java.util.LinkedHashSet;
-import java.util.List;
 import java.util.concurrent.Delayed;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -62,10 +61,14 @@ class TimerTaskList implements Delayed {
         }
     }
 
-    /** Empties the bucket, handing each entry to {@code reinsert} in order, and marks the bucket unused. */
+    /**
+     * Empties the bucket, handing each entry to {@code reinsert} in order, and marks the bucket unused. It takes the
+     * first entry until none is left, so an entry re-inserted into this very bucket (past the model's domain, where a
+     * wrapped window puts it back here) is taken again, without end, as in Kafka.
+     */
     public synchronized void flush(Consumer<TimerTaskEntry> reinsert) {
-        List<TimerTaskEntry> taken = new ArrayList<>(entries);
-        for (TimerTaskEntry entry : taken) {
+        while (!entries.isEmpty()) {
+            TimerTaskEntry entry = entries.iterator().next();
             remove(entry);
             reinsert.accept(entry);
         }

@@ -1,9 +1,13 @@
 package org.apache.kafka.server.util.timer;
 
 import kpurgatory.kafka.Era;
+import kpurgatory.kafka.Hang;
 import kpurgatory.kafka.Internals;
 import kpurgatory.kafka.Operations;
 
+import java.lang.invoke.MethodHandle;
+import java.lang.invoke.MethodHandles;
+import java.lang.invoke.MethodType;
 import java.util.ArrayDeque;
 import java.util.ArrayList;
 import java.util.List;
@@ -29,6 +33,8 @@ import java.util.concurrent.locks.ReentrantReadWriteLock;
  * calling thread runs those tasks itself, in the order they were handed over, right after it let go of the timer's
  * lock and before {@code add} or {@code advanceClock} returns. So a task runs in the command that made it due.</li>
  * </ul>
+ * An add that climbs overflow wheels without end, or an advance that never stops releasing and re-inserting, is
+ * stopped as a {@link Hang}: the adapter's tasks and ops count the levels an add visits ({@link #entryGetter}).
  */
 public final class VirtualTimer implements Timer, Era.Clock {
     private final DelayQueue<TimerTaskList> delayQueue = new DelayQueue<>();
@@ -84,10 +90,16 @@ public final class VirtualTimer implements Timer, Era.Clock {
         boolean released = false;
         lock.writeLock().lock();
         try {
+            Hang.Advance advance = new Hang.Advance(nowMs.get(), taskCounter.get(), delayQueue.size());
             for (TimerTaskList bucket = takeDue(); bucket != null; bucket = takeDue()) {
                 released = true;
+                advance.released(bucket.getExpiration());
                 timingWheel.advanceClock(bucket.getExpiration());
-                bucket.flush(this::place);
+                TimerTaskList flushed = bucket;
+                bucket.flush(entry -> {
+                    place(entry);
+                    advance.reinserted(entry.list == flushed);
+                });
             }
         } finally {
             lock.writeLock().unlock();
@@ -119,7 +131,34 @@ public final class VirtualTimer implements Timer, Era.Clock {
     }
 
     private void place(TimerTaskEntry entry) {
-        if (!timingWheel.add(entry) && !entry.cancelled()) handedOver.get().add(entry.timerTask);
+        if (!Hang.climb(() -> timingWheel.add(entry)) && !entry.cancelled()) handedOver.get().add(entry.timerTask);
+    }
+
+    /**
+     * Kafka's own TimerTask.getTimerTaskEntry, for an op class of this package that overrides it to count the levels
+     * an add visits ({@link #visited}): javac has no {@code super} call for it there (the op's superclass, Kafka's
+     * DelayedOperation, lives in another package, so it does not inherit a package-private method), so the call is
+     * a method handle's, past the override.
+     */
+    public static MethodHandle entryGetter(MethodHandles.Lookup op) {
+        try {
+            return op.findSpecial(TimerTask.class, "getTimerTaskEntry", MethodType.methodType(TimerTaskEntry.class),
+                op.lookupClass()).asType(MethodType.methodType(TimerTaskEntry.class, TimerTask.class));
+        } catch (ReflectiveOperationException e) {
+            throw new IllegalStateException("this Kafka build's TimerTask has no getTimerTaskEntry()", e);
+        }
+    }
+
+    /** Such an override: counts the level ({@link Hang#visited}), then answers with Kafka's getter. */
+    public static TimerTaskEntry visited(MethodHandle kafkas, TimerTask op) {
+        Hang.visited();
+        try {
+            return (TimerTaskEntry) kafkas.invokeExact(op);
+        } catch (RuntimeException | Error e) {  // a stack overflow deep in a climb, above all
+            throw e;
+        } catch (Throwable unexpected) {  // a getter declares no checked exception
+            throw new IllegalStateException(unexpected);
+        }
     }
 
     private TimerTaskList takeDue() {
