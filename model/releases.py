@@ -38,6 +38,7 @@ import re
 import attrs
 
 
+@functools.cache
 def version_key(version: str) -> tuple[int, ...]:
     """``"0.10.1.1"`` -> (0, 10, 1, 1); raises ValueError for anything but dot-separated numbers."""
     if not re.fullmatch(r"\d+(\.\d+){1,3}", version):

@@ -57,7 +57,7 @@ HANG_BUDGET = 8
 #: that a loaded machine shrinks exactly as far as a quiet one. Shrinking a failure typically takes a few hundred runs
 SHRINK_BUDGET = 5000
 #: a Kafka finding is named and known before it is shrunk: its shrinking gets this much of the budget at most
-FINDING_SHRINK_BUDGET = 500
+FINDING_SHRINK_BUDGET = 100
 
 
 #: the signature kind of a run the reference model itself failed on
@@ -269,10 +269,15 @@ class RunBuilder:
         for _ in range(length):
             if len(self.run.steps) >= max_steps - ends_with_shutdown:
                 break
-            applicable = [rule for rule in enabled if rule.applies(self)] or [rule for rule in rules
-                                                                              if rule.applies(self)]
             with choices.step():
-                pick(choices, applicable).draw(self)
+                # a rule is first picked among all that are enabled, whatever the state, so that deleting a step
+                # while shrinking leaves the later steps' rules as they were; if it does not apply here, among those
+                # that do
+                rule = pick(choices, enabled) if enabled else None
+                if rule is None or not rule.applies(self):
+                    rule = pick(choices, [rule for rule in enabled if rule.applies(self)]
+                                or [rule for rule in rules if rule.applies(self)])
+                rule.draw(self)
         if ends_with_shutdown:
             self.execute(v.Shutdown())
         return self.run

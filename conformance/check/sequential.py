@@ -26,7 +26,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Callable, ClassVar, Iterable, Iterator
+from typing import Callable, ClassVar, Iterable, Iterator, TypeVar
 
 import attrs
 import click
@@ -410,57 +410,44 @@ SHRINKING = hypothesis.settings(database=None, deadline=None, suppress_health_ch
 def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, steps: int = 0,
            index: int = 0) -> Stop:
     """``stop`` made as small as it goes: Hypothesis's shrinker works on the choices that drew ``run`` (deleting
-    steps, moving each choice towards the simple end of its range), within the shrink budget (a Kafka finding's
-    within `FINDING_SHRINK_BUDGET`); then steps are deleted from the run it ends with (`machine.minimise`: the
-    shrinker now and then leaves a step it could not delete without changing another). A run given as commands
-    (``run`` None: a corpus's) is only minimised. While it is shrunk, runs that fail with its signature are not
-    counted as repeats, and a known hang's step is sent, not foreseen."""
+    steps, moving each choice towards the simple end of its range) within the shrink budget; then steps are deleted
+    from the run it ends with (`machine.minimise`: the shrinker now and then leaves a step it could not delete
+    without changing another). A run given as commands (``run`` None: a corpus's) is only minimised. While it is
+    shrunk, runs that fail with its signature are not counted as repeats, and a known hang's step is sent, not
+    foreseen.
+
+    A Kafka finding costs the system nothing to shrink: its input class is known from the model's side (what Kafka's
+    timer does there, `findings.KafkaShadow`), so the shrinker looks for the smallest run that reaches it on the
+    model alone, within `FINDING_SHRINK_BUDGET` runs, and the system is sent that run once to confirm it. Only a
+    finding the system does not confirm there is shrunk on the system."""
     target = stop.signature
     repeats = session.known.pop(target, 0)
-    budget = min(session.shrink_budget, FINDING_SHRINK_BUDGET) if stop.finding is not None else \
-        session.shrink_budget
-    best = {(): stop}
-    spent, hangs = [0], [0]
-
-    def test(data) -> None:
-        if spent[0] >= budget:
-            raise Cut(f"the shrink budget of {budget} runs was spent")
-        session.go_on()
-        spent[0] += 1
-        failure = judge(session, draw_run(session, ConjectureChoices(data), steps, session.key_home(index)))
-        session.shrink_run_done()
-        if failure is not None and failure.signature.kind == "hung" and costly(session):
-            hangs[0] += 1
-            if hangs[0] >= session.hang_budget:
-                raise Cut(f"shrinking stopped after {hangs[0]} runs that hung")
-        if failure is not None and failure.signature == target:
-            best[tuple(data.choices)] = failure
-            data.mark_interesting(SHRUNK)
-
     session.shrinking = True
     session.batching = stop.error is None or target.kind not in BREAKS
+    label = f"{seed}/{index}/shrink"
     unfinished = None
     try:
+        if run is not None and stop.finding is not None:
+            reached, unfinished = shrink_choices(session, run.choices, steps, index, label, FINDING_SHRINK_BUDGET,
+                                                 lambda drawn: reaching(drawn, stop.finding))
+            confirmed = judge(session, reached) if reached is not None else None
+            if confirmed is not None and confirmed.signature == target:
+                run, stop = None, confirmed
+            else:
+                unfinished = None
         if run is not None:
-            runner = ConjectureRunner(test, settings=SHRINKING, random=random.Random(f"{seed}/{index}/shrink"),
-                                      ignore_limits=True)
-            try:
-                initial = runner.cached_test_function(run.choices)
-                if initial.status != Status.INTERESTING:
-                    stop.summary += " (did not fail again when run once more: is the system deterministic?)"
-                else:
-                    shrinker = runner.new_shrinker(initial, lambda data: data.status == Status.INTERESTING)
-                    shrinker.shrink()
-                    stop = best.get(tuple(shrinker.shrink_target.choices), stop)
-            except (Abort, ReferenceBroke):
-                raise
-            except BaseException as error:  # out of budget: deleting steps costs at most a hang per step deleted
-                unfinished = why_cut(session, error)
-                stop = min(best.values(), key=lambda failure: len(failure.steps))
-                if session.interrupted:
-                    stop.mark_unfinished(unfinished)
-                    return stop
-        stop = minimise(session, stop)
+            budget = session.shrink_budget if stop.finding is None else min(session.shrink_budget,
+                                                                             FINDING_SHRINK_BUDGET)
+            shrunk, unfinished = shrink_choices(
+                session, run.choices, steps, index, label, budget,
+                lambda drawn: (failure if (failure := judge(session, drawn)) is not None
+                               and failure.signature == target else None))
+            if shrunk is None:
+                stop.summary += " (did not fail again when run once more: is the system deterministic?)"
+            else:
+                stop = shrunk
+        if not session.interrupted:
+            stop = minimise(session, stop)
     except (Abort, ReferenceBroke):
         raise
     except BaseException as error:
@@ -471,6 +458,56 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
     if unfinished is not None:
         stop.mark_unfinished(unfinished)
     return stop
+
+
+T = TypeVar("T", Divergence, Drawn)
+
+
+def shrink_choices(session: Session, choices: tuple[int, ...], steps: int, index: int, label: str, budget: int,
+                   failing: Callable[[Drawn], T | None]) -> tuple[T | None, str | None]:
+    """The smallest ``failing(run)`` Hypothesis's shrinker finds from the run drawn by ``choices`` (None: that run
+    itself does not fail), and why it stopped early (None: it did not): at ``budget`` runs, after
+    `machine.HANG_BUDGET` runs that hung at the cost of a fresh system, or an interruption."""
+    found: dict[tuple, T] = {}
+    spent, hangs = [0], [0]
+
+    def test(data) -> None:
+        if spent[0] >= budget:
+            raise Cut(f"the shrink budget of {budget} runs was spent")
+        session.go_on()
+        spent[0] += 1
+        outcome = failing(draw_run(session, ConjectureChoices(data), steps, session.key_home(index)))
+        session.shrink_run_done()
+        if isinstance(outcome, Divergence) and outcome.signature.kind == "hung" and costly(session):
+            hangs[0] += 1
+            if hangs[0] >= session.hang_budget:
+                raise Cut(f"shrinking stopped after {hangs[0]} runs that hung")
+        if outcome is not None:
+            found[tuple(data.choices)] = outcome
+            data.mark_interesting(SHRUNK)
+
+    runner = ConjectureRunner(test, settings=SHRINKING, random=random.Random(label), ignore_limits=True)
+    try:
+        initial = runner.cached_test_function(choices)
+        if initial.status != Status.INTERESTING:
+            return None, None
+        shrinker = runner.new_shrinker(initial, lambda data: data.status == Status.INTERESTING)
+        shrinker.shrink()
+        return found[tuple(shrinker.shrink_target.choices)], None
+    except (Abort, ReferenceBroke):
+        raise
+    except BaseException as error:  # out of budget: the smallest so far; deleting steps may go further
+        why = why_cut(session, error)
+        return min(found.values(), key=lambda outcome: len(outcome.steps), default=None), why
+
+
+def reaching(run: Drawn, finding: Finding) -> Drawn | None:
+    """``run`` up to its first step in ``finding``'s input class, by what Kafka's timer does there (None: none)."""
+    for at, (step, edge) in enumerate(zip(run.steps, run.edges)):
+        if edge is not None and finding.inputs(edge, step.command, step.observation):
+            return attrs.evolve(run, steps=run.steps[:at + 1], edges=run.edges[:at + 1], sendable=None,
+                                foreseen=None)
+    return None
 
 
 def costly(session: Session) -> bool:

@@ -220,6 +220,7 @@ def interval_ends(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> list[i
     return [end - d for end in ends for d in (0, 1) if end - d <= v.LONG_MAX] or [v.LONG_MAX]
 
 
+@functools.lru_cache(maxsize=1 << 14)  # shrinking draws the same states again and again
 def interval_meetings(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> list[int]:
     """Times ``due`` at which a bucket of the third wheel or above falls due while an entry of it, added again
     from there, meets the first wheel's interval exactly (its deadline is ``due`` plus that interval): that entry
