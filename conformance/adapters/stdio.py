@@ -16,7 +16,6 @@ the race schedules can drive it. `handle` is the per-request part, for adapters 
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import threading
 import time
@@ -24,6 +23,8 @@ from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from typing import TextIO
+
+import orjson
 
 from kpurgatory.conformance.adapters.gates import Gates, GateSpec
 from kpurgatory.conformance.adapters.interleave import preempted
@@ -47,52 +48,58 @@ def handle(system: SystemUnderTest, request: dict, features: tuple[str, ...] = (
     seq = request.get("seq", 0)
     try:
         validate("request", request)
-        cmd, args = request["cmd"], request["args"]
-        if cmd == "hello":
-            hello = system.hello()
-            result = {"protocol_version": hello.protocol_version, "implementation": hello.implementation,
-                      "profiles": list(hello.profiles), "features": [*hello.features, "batch", *features]}
-            if hello.declarations != KAFKA:
-                result["declarations"] = declarations_to_json(hello.declarations)
-            if hello.unsupported:
-                result["unsupported_commands"] = sorted(hello.unsupported)
-            return {"seq": seq, "events": [], "result": result}
-        if cmd == "init":
-            system.init(args["profile"], v.Params(**args["params"]))
-            return {"seq": seq, "result": None, "events": []}
-        if cmd == "batch":
-            return {"seq": seq, "result": batch(system, args["requests"]), "events": []}
-        gates = system_gates(system) if "gates" in features else None
-        if cmd in CONTROL and gates is not None:
-            return {"seq": seq, "events": [], "result": gates.reached(args["gate"]) if cmd == "await_gate" else
-                    gates.open(args["gate"])}
-        command = command_from_json(cmd, args)
-        with gates.armed(GateSpec.from_json(request["gate"])) if "gate" in request and gates else nullcontext():
-            with preempted() if "barrier" in request else nullcontext():
-                started = time.monotonic_ns()
-                observation = system.step(command)
-                ended = time.monotonic_ns()
-        response = {"seq": seq, **observation_to_json(observation)}
-        if "concurrent" in features:
-            response["exec_ns"] = [started, ended]
-        return response
+        return {"seq": seq, **respond(system, request, features)}
     except Exception as error:  # the protocol's answer to "cannot execute": report it, keep serving
         return {"seq": seq, "failure": f"{type(error).__name__}: {error}"}
 
 
+def respond(system: SystemUnderTest, request: dict, features: tuple[str, ...] = ()) -> dict:
+    """The response to a valid request, without its seq; raises what the system raises."""
+    cmd, args = request["cmd"], request["args"]
+    if cmd == "hello":
+        hello = system.hello()
+        result = {"protocol_version": hello.protocol_version, "implementation": hello.implementation,
+                  "profiles": list(hello.profiles), "features": [*hello.features, "batch", *features]}
+        if hello.declarations != KAFKA:
+            result["declarations"] = declarations_to_json(hello.declarations)
+        if hello.unsupported:
+            result["unsupported_commands"] = sorted(hello.unsupported)
+        return {"events": [], "result": result}
+    if cmd == "init":
+        system.init(args["profile"], v.Params(**args["params"]))
+        return {"result": None, "events": []}
+    if cmd == "batch":
+        return {"result": batch(system, args["requests"]), "events": []}
+    gates = system_gates(system) if "gates" in features else None
+    if cmd in CONTROL and gates is not None:
+        return {"events": [], "result": gates.reached(args["gate"]) if cmd == "await_gate" else
+                gates.open(args["gate"])}
+    command = command_from_json(cmd, args)
+    with gates.armed(GateSpec.from_json(request["gate"])) if "gate" in request and gates else nullcontext():
+        with preempted() if "barrier" in request else nullcontext():
+            started = time.monotonic_ns()
+            observation = system.step(command)
+            ended = time.monotonic_ns()
+    response = observation_to_json(observation)
+    if "concurrent" in features:
+        response["exec_ns"] = [started, ended]
+    return response
+
+
 def batch(system: SystemUnderTest, requests: list[dict]) -> list[dict]:
-    """The answers to a batch's requests (specs/protocol.md §3.3): each as it would be answered alone, and after
-    one that failed, ``skipped`` up to the next init."""
+    """The answers to a batch's requests (specs/protocol.md §3.3), validated with it: each as it would be answered
+    alone, and after one that failed, ``skipped`` up to the next init."""
     answers, skipping = [], False
     for request in requests:
         skipping = skipping and request["cmd"] != "init"
         if skipping:
             answers.append({"skipped": True})
             continue
-        answer = handle(system, {"seq": 0, **request})
-        del answer["seq"]
-        skipping = "failure" in answer
-        answers.append(answer)
+        try:
+            answers.append(respond(system, request))
+        except Exception as error:
+            answers.append({"failure": f"{type(error).__name__}: {error}"})
+            skipping = True
     return answers
 
 
@@ -114,7 +121,7 @@ def serve(system: SystemUnderTest, stdin: TextIO = sys.stdin, stdout: TextIO = s
     def answer(request: dict, start: threading.Barrier | None = None) -> None:
         if start is not None:
             start.wait()
-        response = json.dumps(handle(system, request, features)) + "\n"
+        response = orjson.dumps(handle(system, request, features)).decode() + "\n"
         with writing:
             stdout.write(response)
             stdout.flush()
@@ -123,7 +130,7 @@ def serve(system: SystemUnderTest, stdin: TextIO = sys.stdin, stdout: TextIO = s
         with ThreadPoolExecutor(WORKERS if concurrent else 1) as pool:
             in_flight = []
             for line in stdin:
-                request = json.loads(line)
+                request = orjson.loads(line)
                 if not concurrent or not isinstance(request, dict) or request.get("cmd") in ALONE:
                     for future in in_flight:
                         future.result()

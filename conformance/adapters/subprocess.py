@@ -45,6 +45,8 @@ import weakref
 from pathlib import Path
 from typing import ClassVar
 
+import orjson
+
 from kpurgatory.conformance.adapters.gates import GateSpec
 from kpurgatory.conformance.adapters.sut import Hello, Played, play_each
 from kpurgatory.conformance.traces.codec import (MAX_LINE_BYTES, command_to_json, declarations_from_json, decode_line,
@@ -194,7 +196,7 @@ class SubprocessSystem:
             answers = self.request("batch", {"requests": requests})["result"]
         except AdapterError as error:
             return Played(init_error=error, batched=True, unanswered=True)
-        what = f"response to request {self.next_seq - 1} (batch)"
+        what = "response to request 'batch'"
         if not isinstance(answers, list) or len(answers) != len(requests):
             return Played(init_error=self._break(ProtocolViolation(
                 f"{what}: expected {len(requests)} answers, got {shorten(json.dumps(answers))}")), batched=True)
@@ -281,9 +283,10 @@ class SubprocessSystem:
             seq, self.next_seq = self.next_seq, self.next_seq + 1
             with self.routing:
                 self.waiting[seq] = answer
-            what = f"request {seq} ({cmd})"
+            what = f"request {cmd!r}"  # not its seq: which one it was depends on what the adapter did before
             try:
-                self.process.stdin.write(json.dumps({"seq": seq, "cmd": cmd, "args": args, **(routing or {})}).encode() + b"\n")
+                self.process.stdin.write(orjson.dumps({"seq": seq, "cmd": cmd, "args": args, **(routing or {})})
+                                         + b"\n")
                 self.process.stdin.flush()
                 sent = True
             except OSError:

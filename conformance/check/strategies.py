@@ -279,9 +279,10 @@ def draw_delay(choices: Choices, p: v.Params, now: int, clocks: tuple[int, ...] 
     if kind < 11:
         return draw_wheel_edge(choices, p, now, clocks) - now  # a lagging wheel's may be past
     room = v.LONG_MAX - now  # the largest delay whose deadline is Long.MAX_VALUE; a delay is a long too
-    beyond = 0 if now == 0 else roll(choices, 3)
-    if beyond == 0:
-        return room
+    beyond = roll(choices, 3)
+    if beyond == 0 or now == 0:  # nothing is beyond the edge from 0: a delay is a long
+        # mostly the edge itself; drawn as a delay from now, so that a failing run shrinks towards short delays
+        return choices.integer(0, room, usual=room)
     if beyond == 1:
         return choices.integer(room + 1, min(room + 3 * p.tick_ms, v.LONG_MAX))
     return choices.integer(room + 1, v.LONG_MAX)

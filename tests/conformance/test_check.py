@@ -51,7 +51,7 @@ class CrashesOnCancelKey(ModelSystem):
 
 @pytest.mark.parametrize("profile", ["timer", "purgatory"])
 def test_the_model_passes_against_itself_reaching_every_coverage_item(profile):
-    result = run_check(ModelSystem, profile=profile, examples=300, steps=60, seed=3)
+    result = run_check(ModelSystem, profile=profile, examples=500, steps=60, seed=3)
     assert result.passed, result.failure_summary
     assert result.counterexample is None and result.failure_summary == ""
     assert result.examples_run >= 100 and result.steps_run > 100 * 20 and result.distinct_states > 100

@@ -9,11 +9,13 @@ import time
 from xml.etree import ElementTree
 from pathlib import Path
 
+import attrs
 import pytest
 
 from kpurgatory.conformance.adapters import open_system
 from kpurgatory.conformance.adapters import subprocess as adapter_module
 from kpurgatory.conformance.adapters.subprocess import AdapterCrashed, SubprocessSystem
+from kpurgatory.conformance.adapters.sut import play_each
 from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.traces.replay import replay
 from kpurgatory.conformance.traces.codec import read_traces
@@ -165,3 +167,33 @@ def test_the_first_answer_may_take_the_adapters_start_up_and_later_ones_only_the
             system.step(v.Advance(1))
     finally:
         system.close()
+
+
+def test_a_run_in_one_batch_is_answered_as_the_same_requests_one_at_a_time():
+    """A failure inside a batch ends the run there, as it would one request at a time; the run after it starts
+    afresh (the same adapter, the next init)."""
+    params = v.Params(tick_ms=1, wheel_size=4, start_ms=0, purge_interval=2)
+    runs = [[v.Watch("o0", ["k0"], 5, None), v.Advance(3), v.Force("nobody"), v.Watched()],
+            [v.Watch("o0", ["k0", "k1"], 2, 2), v.Check("k1"), v.Advance(9), v.Watched(), v.Shutdown()]]
+    batched, alone = SubprocessSystem(SERVED_MODEL), SubprocessSystem(SERVED_MODEL)
+    try:
+        assert "batch" in batched.hello().features and alone.hello()
+        played = [(batched.play("purgatory", params, commands), play_each(alone, "purgatory", params, commands))
+                  for commands in runs]
+        for in_one, each in played:
+            assert in_one.batched and not each.batched and in_one.observed == each.observed
+            assert type(in_one.error) is type(each.error)
+        failed, passed = played[0][0], played[1][0]
+        assert str(failed.error).endswith("answer 3 (force): CommandError: op: 'nobody' was never watched")
+        assert len(failed.observed) == 2 and len(passed.observed) == 5 and batched.broken is None
+    finally:
+        batched.close()
+        alone.close()
+
+
+def test_the_same_seed_gives_the_same_check_on_any_number_of_workers():
+    one, two = (run_check(functools.partial(SubprocessSystem, f"{MISBEHAVING} failure 7"), profile="timer",
+                          examples=40, steps=20, seed=5, jobs=jobs) for jobs in (1, 2))
+    assert not one.passed and one.failures
+    timing = {name: None for name in one.TIMING}
+    assert attrs.evolve(one, **timing) == attrs.evolve(two, **timing)
