@@ -256,8 +256,10 @@ class RunBuilder:
         self.reads = [command for command in self.READS if self.hello.drives(command)]
         self.kafka = findings.KafkaShadow()
 
-    def draw(self, max_steps: int, key_home: int | None) -> Drawn:
-        """A run of at most ``max_steps`` commands; a purgatory run's keys start at watcher shard ``key_home``."""
+    def draw(self, max_steps: int, key_home: int | None, cut_at: int | None = None) -> Drawn:
+        """A run of at most ``max_steps`` commands; a purgatory run's keys start at watcher shard ``key_home``.
+        ``cut_at``: drawing stops once the run has that many commands (a shrinking run that could only fail within
+        them), with the choices made so far the same as the whole run's."""
         choices = self.choices
         params = strategies.draw_params(choices, self.profile, self.declarations)
         ends_with_shutdown = bool(roll(choices, 2)) and "shutdown" not in self.hello.unsupported
@@ -269,6 +271,8 @@ class RunBuilder:
         for _ in range(length):
             if len(self.run.steps) >= max_steps - ends_with_shutdown:
                 break
+            if cut_at is not None and len(self.run.steps) >= cut_at:
+                return self.run
             with choices.step():
                 # a rule is first picked among all that are enabled, whatever the state, so that deleting a step
                 # while shrinking leaves the later steps' rules as they were; if it does not apply here, among those
@@ -552,10 +556,11 @@ BUILDERS: dict[str, type[RunBuilder]] = {"timer": TimerRuns, "purgatory": Purgat
 
 
 def draw_run(session: Session, choices: Choices, steps: int, key_home: int | None,
-             coverage: Coverage | None = None) -> Drawn:
-    """One run of ``session``'s profile drawn with ``choices`` against the model (recording ``coverage``)."""
+             coverage: Coverage | None = None, cut_at: int | None = None) -> Drawn:
+    """One run of ``session``'s profile drawn with ``choices`` against the model (recording ``coverage``), cut at
+    ``cut_at`` commands (`RunBuilder.draw`)."""
     builder = BUILDERS[session.profile](session, choices, coverage)
-    return on_the_model(session, builder, lambda: builder.draw(steps, key_home))
+    return on_the_model(session, builder, lambda: builder.draw(steps, key_home, cut_at))
 
 
 def given_run(session: Session, params: v.Params, commands: list[v.Command]) -> Drawn:

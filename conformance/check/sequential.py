@@ -429,7 +429,7 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
     try:
         if run is not None and stop.finding is not None:
             reached, unfinished = shrink_choices(session, run.choices, steps, index, label, FINDING_SHRINK_BUDGET,
-                                                 lambda drawn: reaching(drawn, stop.finding))
+                                                 lambda drawn: reaching(drawn, stop.finding), len(stop.steps))
             confirmed = judge(session, reached) if reached is not None else None
             if confirmed is not None and confirmed.signature == target:
                 run, stop = None, confirmed
@@ -441,7 +441,7 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
             shrunk, unfinished = shrink_choices(
                 session, run.choices, steps, index, label, budget,
                 lambda drawn: (failure if (failure := judge(session, drawn)) is not None
-                               and failure.signature == target else None))
+                               and failure.signature == target else None), len(stop.steps))
             if shrunk is None:
                 stop.summary += " (did not fail again when run once more: is the system deterministic?)"
             else:
@@ -464,10 +464,12 @@ T = TypeVar("T", Divergence, Drawn)
 
 
 def shrink_choices(session: Session, choices: tuple[int, ...], steps: int, index: int, label: str, budget: int,
-                   failing: Callable[[Drawn], T | None]) -> tuple[T | None, str | None]:
+                   failing: Callable[[Drawn], T | None], cut_at: int) -> tuple[T | None, str | None]:
     """The smallest ``failing(run)`` Hypothesis's shrinker finds from the run drawn by ``choices`` (None: that run
     itself does not fail), and why it stopped early (None: it did not): at ``budget`` runs, after
-    `machine.HANG_BUDGET` runs that hung at the cost of a fresh system, or an interruption."""
+    `machine.HANG_BUDGET` runs that hung at the cost of a fresh system, or an interruption. Runs are drawn up to
+    ``cut_at`` commands, where the run being shrunk failed: a run that fails only later is no smaller (the cut is
+    the same for every run of a shrink, as Hypothesis requires of a test: the same choices, the same run)."""
     found: dict[tuple, T] = {}
     spent, hangs = [0], [0]
 
@@ -476,7 +478,7 @@ def shrink_choices(session: Session, choices: tuple[int, ...], steps: int, index
             raise Cut(f"the shrink budget of {budget} runs was spent")
         session.go_on()
         spent[0] += 1
-        outcome = failing(draw_run(session, ConjectureChoices(data), steps, session.key_home(index)))
+        outcome = failing(draw_run(session, ConjectureChoices(data), steps, session.key_home(index), cut_at=cut_at))
         session.shrink_run_done()
         if isinstance(outcome, Divergence) and outcome.signature.kind == "hung" and costly(session):
             hangs[0] += 1
