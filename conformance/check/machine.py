@@ -32,7 +32,7 @@ from typing import Callable, ClassVar
 
 import attrs
 
-from kpurgatory.conformance.adapters.subprocess import AdapterError
+from kpurgatory.conformance.adapters.subprocess import AdapterError, AdapterTimedOut
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest, play
 from kpurgatory.conformance.adapters.timed import TimeLimit, limited
 from kpurgatory.conformance.check import findings, strategies
@@ -157,8 +157,10 @@ class Session:
     exploring: bool = False
     #: why exploration ended before its budget (`Cut`)
     cut_short: str | None = None
-    #: runs go to the system in one batch where it takes batches (`judge`)
+    #: runs go to the system in one batch where it takes batches (`judge`); not once a batch hung, since where it hung
+    #: is found only by sending the run again one request at a time, which hangs again
     batching: bool = True
+    batch_hung: bool = False
 
     def __attrs_post_init__(self) -> None:
         self.coverage = Coverage(self.profile, self.hello.declarations.watcher_shards)
@@ -198,6 +200,11 @@ class Session:
         except Exception as error:
             summary = f"could not make a fresh system after a failure: {error}"
             raise Abort(params, [], [], summary, Signature("restart failed", "", ""), summary) from None
+
+    def broke(self) -> bool:
+        """The system broke on the run just judged (hung past its time limit, crashed): it cost a time limit or a
+        fresh system. An adapter that stops a call that would not end and says so costs neither."""
+        return getattr(self.system, "broken", None) is not None
 
     def example_done(self, steps: int) -> None:
         """Count an explored run of ``steps`` steps."""
@@ -606,8 +613,10 @@ def judge(session: Session, run: Drawn) -> Divergence | None:
     session.go_on()
     session.renew(run.params)
     sent = run.sent
-    played = play(session.system, run.profile, run.params, [step.command for step in sent], session.batching)
+    played = play(session.system, run.profile, run.params, [step.command for step in sent],
+                  session.batching and not session.batch_hung)
     if played.unanswered:
+        session.batch_hung = session.batch_hung or isinstance(played.init_error, AdapterTimedOut)
         session.renew(run.params)
         played = play(session.system, run.profile, run.params, [step.command for step in sent], batch=False)
     checker = StepChecker(SYSTEM, Trace(Header("check", run.profile, run.params), ()), session.level,
@@ -669,8 +678,10 @@ def minimise(session: Session, stop: Divergence) -> Divergence:
     then of a quarter and so on down to single steps (each step is tried alone once, last first), so that a failure
     whose every rerun hangs is minimised with few hanging runs. Hypothesis's shrinker works on the choices that made
     the run and now and then leaves a step it could not delete without changing another; the run's own commands can
-    always be tried without it. The last step, the one that failed, is kept."""
+    always be tried without it. The last step, the one that failed, is kept. After `HANG_BUDGET` reruns that hung
+    at the cost of a time limit, it stops with `Cut`."""
     size = max(1, (len(stop.steps) - 1) // 2)
+    hangs = 0
     while True:
         end = len(stop.steps) - 1
         while end > 0:
@@ -678,6 +689,10 @@ def minimise(session: Session, stop: Divergence) -> Divergence:
             commands = [step.command for step in stop.steps]
             again = rerun(session, stop.params, commands[:start] + commands[end:])
             session.shrink_runs += 1
+            if again is not None and again.signature.kind == "hung" and session.broke():
+                hangs += 1
+                if hangs >= session.hang_budget:
+                    raise Cut(f"deleting steps stopped after {hangs} runs that hung")
             if again is not None and again.signature == stop.signature and len(again.steps) < len(stop.steps):
                 stop = again
                 end = min(start, len(stop.steps) - 1)

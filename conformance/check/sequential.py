@@ -393,7 +393,11 @@ def explore(session: Session, examples: int, steps: int, seed: int, max_failures
     finally:
         runs.close()
     for stop, run, index in first:
-        found.append(stop if session.interrupted else shrink(session, stop, run, seed, steps, index))
+        if session.interrupted:
+            stop.mark_unfinished("interrupted")
+            found.append(stop)
+        else:
+            found.append(shrink(session, stop, run, seed, steps, index))
     return found
 
 
@@ -478,9 +482,9 @@ def shrink_choices(session: Session, choices: tuple[int, ...], steps: int, index
             raise Cut(f"the shrink budget of {budget} runs was spent")
         session.go_on()
         spent[0] += 1
-        outcome = failing(draw_run(session, ConjectureChoices(data), steps, session.key_home(index), cut_at=cut_at))
         session.shrink_run_done()
-        if isinstance(outcome, Divergence) and outcome.signature.kind == "hung" and costly(session):
+        outcome = failing(draw_run(session, ConjectureChoices(data), steps, session.key_home(index), cut_at=cut_at))
+        if isinstance(outcome, Divergence) and outcome.signature.kind == "hung" and session.broke():
             hangs[0] += 1
             if hangs[0] >= session.hang_budget:
                 raise Cut(f"shrinking stopped after {hangs[0]} runs that hung")
@@ -510,12 +514,6 @@ def reaching(run: Drawn, finding: Finding) -> Drawn | None:
             return attrs.evolve(run, steps=run.steps[:at + 1], edges=run.edges[:at + 1], sendable=None,
                                 foreseen=None)
     return None
-
-
-def costly(session: Session) -> bool:
-    """The run that just hung cost a time limit and a fresh system (an adapter that stops a call that would not end
-    and says so costs neither)."""
-    return getattr(session.system, "broken", None) is not None
 
 
 def why_cut(session: Session, error: BaseException) -> str:

@@ -57,7 +57,7 @@ def judge_run(session: Session, seed: int, steps: int, index: int) -> Judged:
     stop = judge(session, run)
     signature = stop.signature if stop is not None else run.foreseen.signature if run.foreseen else None
     return Judged(index, len(run.steps), signature, stop is None and signature is not None,
-                  getattr(session.system, "broken", None) is not None, coverage, run, stop)
+                  session.broke(), coverage, run, stop)
 
 
 def judged_runs(session: Session, seed: int, steps: int, examples: int, jobs: int,

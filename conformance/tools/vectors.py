@@ -379,7 +379,7 @@ def vectors_command(out, seed, profiles, quick):
                f"{elapsed:.1f} s")
     for what, items in tree.uncovered.items():
         if items:
-            click.echo(f"not reached ({what}): {', '.join(items)}")
+            click.echo(f"not reached ({what}): {'; '.join(items)}")  # items hold commas
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -92,7 +92,7 @@ def test_every_case_is_the_models_own_run_with_its_expectations(tree):
 def test_every_coverage_item_and_finding_has_a_case_or_is_reported(generated):
     tree, output = generated
     index = vectors.read_index(tree)["cases"]
-    reported = {what: items.split(", ") for what, items in re.findall(r"not reached \((\w+)\): (.+)", output)}
+    reported = {what: items.split("; ") for what, items in re.findall(r"not reached \((\w+)\): (.+)", output)}
     for profile in v.PROFILES:
         covered = {item for entry in index if entry["profile"] == profile and entry["kind"] == "coverage"
                    for item in read_traces(tree / entry["path"])[0].header.vector["covers"]}
