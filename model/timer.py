@@ -321,6 +321,11 @@ class SystemTimer:
     def pending(self) -> list[TimerTask]:
         return [entry.task for wheel in self.timing_wheel.levels() for bucket in wheel.buckets for entry in bucket.entries]
 
+    def occupied_buckets(self) -> list[TimerTaskList]:
+        """Every non-empty bucket, once each. Observers read them after every step, so they come from the delay queue,
+        which holds every non-empty bucket (invariant 4), not from levels of up to hundreds of mostly empty buckets."""
+        return list({bucket: None for _, _, bucket in self.queue.heap if bucket.entries})
+
     def queued_expirations(self) -> list[int]:
         """The delay queue read-out: expirations of the queued buckets, sorted, duplicates kept."""
         return self.queue.expirations()

@@ -32,7 +32,7 @@ from kpurgatory.conformance.check.compare import Difference
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.releases import FIRST, version_key
-from kpurgatory.model.timer import SystemTimer, TimerTaskEntry
+from kpurgatory.model.timer import SystemTimer, TimerTaskEntry, TimingWheel
 from kpurgatory.specs.javalong import PY
 
 
@@ -324,18 +324,18 @@ def climbs_past_long_max(timer: SystemTimer, expiration: int) -> bool:
     expired" test, or + interval, the window end), at a level it passes through or lands in, or creates on the way."""
     if expiration > v.LONG_MAX:
         return True
-    size = timer.timing_wheel.wheel_size
-    # the levels that exist, walked only as far as the climb goes (None: one it would create)
-    for wheel in itertools.chain(timer.timing_wheel.levels(), itertools.repeat(None)):
-        if wheel is not None:
-            current, tick = wheel.current_time_ms, wheel.tick_ms
-        else:  # the overflow wheel the climb would create: tick = the interval below, started at its current time
-            current, tick = current - current % (tick * size), tick * size
+    wheel: TimingWheel | None = timer.timing_wheel  # the levels that exist, walked only as far as the climb goes
+    current, tick, size = wheel.current_time_ms, wheel.tick_ms, wheel.wheel_size
+    while True:
         if current + tick > v.LONG_MAX or expiration < current + tick:
             return current + tick > v.LONG_MAX
         if current + tick * size > v.LONG_MAX or expiration < current + tick * size:
             return current + tick * size > v.LONG_MAX
-    raise AssertionError("unreachable")
+        wheel = wheel and wheel.overflow_wheel
+        if wheel is not None:
+            current, tick = wheel.current_time_ms, wheel.tick_ms
+        else:  # the overflow wheel the climb would create: tick = the interval below, started at its current time
+            current, tick = current - current % (tick * size), tick * size
 
 
 def near_the_edge(model: Model, command: v.Command) -> bool:
@@ -344,7 +344,10 @@ def near_the_edge(model: Model, command: v.Command) -> bool:
     (every level's current time stays at or before the clock)."""
     timer = model.timer
     if isinstance(command, v.Advance):
-        return command.to_ms + list(timer.timing_wheel.levels())[-1].interval > v.LONG_MAX
+        top = timer.timing_wheel
+        while top.overflow_wheel is not None:
+            top = top.overflow_wheel
+        return command.to_ms + top.interval > v.LONG_MAX
     return any(climbs_past_long_max(timer, deadline) for deadline in deadlines(model, command))
 
 

@@ -135,12 +135,12 @@ def test_deadlines_are_drawn_on_every_comparison_of_add_at_both_levels():
     overflow wheel (tick 8, at 8) has them at 16 and 40; its bucket falling due at 16 re-adds entries that meet the
     first wheel's interval at 16 + 8 = 24."""
     p = v.Params(2, 4, 0)
-    deadlines = {13 + delay for delay in drawn(strategies.delays(p, 13, (10, 8)), 2000)}
+    deadlines = {13 + strategies.draw_delay(SeededChoices(run), p, 13, (10, 8)) for run in range(2000)}  # as checked
     assert {11, 12, 13} <= deadlines  # the first wheel's tick, ±1 ms
     assert {16, 17, 18, 19, 20} <= deadlines  # its interval, ±1 ms and ±1 tick
     assert {15, 16, 17, 39, 40, 41, 32, 48} <= deadlines  # the overflow wheel's
     assert {23, 24, 25} <= deadlines  # re-added from the level above
-    advances = set(drawn(strategies.at_boundaries(p, 13, (10, 8)), 1000))
+    advances = {strategies.draw_boundary(SeededChoices(run), p, 13, (10, 8)) for run in range(1000)}
     assert {17, 18, 39, 40} <= advances and min(advances) >= 13
 
 
