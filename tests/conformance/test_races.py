@@ -105,7 +105,7 @@ def test_the_stdio_server_holds_a_barrier_until_all_its_parties_arrived():
         def __iter__(self):
             for line in lines:
                 if line["seq"] == 4:
-                    while '"seq": 3' not in out.getvalue():
+                    while 3 not in [json.loads(answer)["seq"] for answer in out.getvalue().splitlines()]:
                         threading.Event().wait(0.01)
                 yield json.dumps(line) + "\n"
 
