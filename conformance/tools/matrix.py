@@ -37,14 +37,18 @@ import collections
 import contextlib
 import datetime
 import html
+import multiprocessing
 import os
 import platform
 import re
 import shlex
 import shutil
+import signal
 import subprocess
 import sys
+import tempfile
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 from urllib.parse import quote
@@ -123,8 +127,10 @@ VECTOR_COLUMNS = tuple(
 COLUMNS_BY_ID = {column.id: column for column in COLUMNS + VECTOR_COLUMNS}
 
 
-#: the budget of every cell: small, so that all the covered releases run in minutes each
-SEED, EXAMPLES, STEPS, THREADS = 1, 20, 15, 4
+#: the budget of every cell: as deep as `kpurgatory check`'s own default for the sequential checks (about 10 s a
+#: profile through a release's adapter); the concurrent check's runs cost ~0.3 s each through the adapter (200: ~60 s,
+#: the row's largest cell)
+SEED, EXAMPLES, STEPS, THREADS, THREAD_RUNS = 1, 500, 60, 4, 200
 
 
 @attrs.frozen
@@ -133,6 +139,7 @@ class Budget:
     examples: int = EXAMPLES
     steps: int = STEPS
     threads: int = THREADS
+    thread_runs: int = THREAD_RUNS
     timeout: float = DEFAULT_TIMEOUT_S
     max_failures: int = DEFAULT_MAX_FAILURES
 
@@ -273,10 +280,8 @@ def check_cell(column: Column, factory, budget: Budget, folder: Path, out: Path)
                   seconds=result.elapsed_s, write_error=written[0] if written else None)
 
 
-def threads_cell(factory, hello: Hello, subject: Subject, budget: Budget, folder: Path, out: Path) -> dict:
-    if subject.kind != "impl" and "concurrent" not in hello.features:
-        return cell("n/a", "the adapter does not list the 'concurrent' feature in its hello")
-    result = run_concurrent_check(factory, threads=budget.threads, runs=budget.examples, steps=budget.steps,
+def threads_cell(factory, budget: Budget, folder: Path, out: Path) -> dict:
+    result = run_concurrent_check(factory, threads=budget.threads, runs=budget.thread_runs, steps=budget.steps,
                                   seed=budget.seed, timeout=budget.timeout, out_dir=folder,
                                   max_failures=budget.max_failures)
     findings = [finding_entry(report.finding, out, report.path, report.repeats) for report in result.findings]
@@ -402,9 +407,10 @@ def prune(folder: Path) -> None:
             empty.rmdir()
 
 
-def open_subject(subject: Subject, timeout: float) -> tuple[Callable[[], SystemUnderTest], str, Hello]:
-    """What makes the subject's systems, the command or factory that names it, and its hello. Raises `Unfit` for a
-    release the Kafka adapter does not drive, `Broke` when the system cannot be driven."""
+def open_subject(subject: Subject, timeout: float) -> tuple[str, Hello]:
+    """The command or factory that names the subject (a release's adapter resolved by Maven and compiled here), and
+    its hello. Raises `Unfit` for a release the Kafka adapter does not drive, `Broke` when the system cannot be
+    driven."""
     try:
         if subject.release:
             from kpurgatory.conformance.adapters.kafka import adapter_command
@@ -421,7 +427,7 @@ def open_subject(subject: Subject, timeout: float) -> tuple[Callable[[], SystemU
     try:
         system = time_limited(factory, timeout)()
         try:
-            return factory, target, system.hello()
+            return target, system.hello()
         finally:
             system.close()
     except Exception as error:  # it does not start, or has no hello
@@ -429,56 +435,255 @@ def open_subject(subject: Subject, timeout: float) -> tuple[Callable[[], SystemU
         raise Broke(f"hello: system failed: {detail}") from None
 
 
-def run_row(subject: Subject, columns: tuple[Column, ...], budget: Budget, out: Path,
-            on_cell: Callable[[Subject, Column, dict], None] = lambda *_: None) -> dict:
-    """Every cell of one row."""
+@attrs.frozen
+class Task:
+    """One cell, with all it depends on: it runs the same in this process, a worker process or a Spark executor."""
+
+    subject: Subject
+    #: the command this process resolved (a release's adapter, an --adapter), or the --impl factory
+    target: str
+    column: Column
+    budget: Budget
+
+
+@attrs.frozen
+class Done:
+    """A cell's result, the files it wrote (path relative to --out -> contents: an executor's disk is not the
+    driver's) and how long it took where it ran."""
+
+    result: dict
+    files: dict[str, bytes]
+    seconds: float
+
+
+def runnable_here(command: str) -> bool:
+    """Every absolute path in ``command`` (a word, or an entry of a classpath) exists on this host."""
+    paths = [part for word in shlex.split(command) for part in word.split(":") if part.startswith("/")]
+    return all(Path(path).exists() for path in paths)
+
+
+def factory_of(task: Task) -> Callable[[], SystemUnderTest]:
+    """What makes the task's systems here. A release's adapter resolved elsewhere whose jars this host lacks is
+    resolved again here, by Maven into this host's ~/.m2, as ``check --kafka`` does."""
+    subject, target = task.subject, task.target
+    if subject.impl:
+        return system_factory(impl=target, timeout=task.budget.timeout)
+    if subject.release and not runnable_here(target):
+        from kpurgatory.conformance.adapters.kafka import adapter_command
+
+        target = adapter_command(subject.release)
+    return system_factory(adapter=target, timeout=task.budget.timeout)
+
+
+def run_cell(task: Task) -> Done:
+    """Run one cell into a folder of its own and return what it wrote: a pure function of the task, but for
+    timings (and the races the concurrent check meets or not)."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="kpurgatory-cell-") as scratch:
+        out = Path(scratch)  # the cell's paths are relative to it, as they will be to --out
+        folder = out / task.subject.slug / task.column.slug
+        try:
+            factory = factory_of(task)
+            if task.column.level == "threads":
+                result = threads_cell(factory, task.budget, folder, out)
+            elif task.column.level == "scenarios":
+                result = scenario_cell(factory, task.budget, folder, out)
+            else:
+                result = check_cell(task.column, factory, task.budget, folder, out)
+        except Exception as error:  # the system broke where the check could not report it: one cell lost
+            if isinstance(error, OSError) and not isinstance(error, AdapterError):
+                raise  # no temporary folder
+            result = cell("broke", str(error) if isinstance(error, AdapterError) else
+                          f"{type(error).__name__}: {error}", seconds=time.monotonic() - started)
+        files = {path.relative_to(out).as_posix(): path.read_bytes()
+                 for path in sorted(out.rglob("*")) if path.is_file()}
+    return Done(result, files, time.monotonic() - started)
+
+
+def begin_row(subject: Subject, columns: tuple[Column, ...], budget: Budget,
+              out: Path) -> tuple[dict, list[Task]]:
+    """Open the row's system here and say what is left to run: the row with the cells that need no run (all of
+    them for a system that cannot be driven), and a task per other cell."""
     started = time.monotonic()
     row = {"name": subject.name, "kind": subject.kind, "release": subject.release, "target": None,
            "implementation": None, "note": None, "date": now(), "budget": attrs.asdict(budget),
            "lacks": [], "cells": {}}
     if subject.release:
         row["lacks"] = [rule.ticket for rule in Release.parse(subject.release).differences()]
+    tasks = []
     try:
-        factory, row["target"], hello = open_subject(subject, budget.timeout)
+        target, hello = open_subject(subject, budget.timeout)
     except Unfit as error:
         row["note"] = str(error)
-        for column in columns:
-            row["cells"][column.id] = cell("n/a", str(error))
-            on_cell(subject, column, row["cells"][column.id])
-        row["seconds"] = round(time.monotonic() - started, 1)
-        return row
+        row["cells"] = {column.id: cell("n/a", str(error)) for column in columns}
     except Broke as error:
-        for index, column in enumerate(columns):
-            row["cells"][column.id] = (cell("broke", str(error)) if index == 0 else
-                                       cell("skipped", "not run: the system broke before it (see the first cell)"))
-            on_cell(subject, column, row["cells"][column.id])
-        row["seconds"] = round(time.monotonic() - started, 1)
-        return row
-    row["implementation"] = hello.implementation
-    for column in columns:
-        folder = out / subject.slug / column.slug
-        cell_started = time.monotonic()
-        if column.profile is not None and column.profile not in hello.profiles:
-            result = cell("n/a", f"{hello.implementation} implements {', '.join(hello.profiles)}, not "
-                                 f"{column.profile}")
-        else:
-            try:
-                if column.level == "threads":
-                    result = threads_cell(factory, hello, subject, budget, clear(folder), out)
-                elif column.level == "scenarios":
-                    result = scenario_cell(factory, budget, clear(folder), out)
-                else:
-                    result = check_cell(column, factory, budget, clear(folder), out)
-            except Exception as error:  # the system broke where the check could not report it: one cell lost
-                if isinstance(error, OSError) and not isinstance(error, AdapterError):
-                    raise  # --out cannot be written
-                result = cell("broke", str(error) if isinstance(error, AdapterError) else
-                              f"{type(error).__name__}: {error}", seconds=time.monotonic() - cell_started)
-        row["cells"][column.id] = result
+        row["cells"] = {column.id: cell("broke", str(error)) if index == 0 else
+                        cell("skipped", "not run: the system broke before it (see the first cell)")
+                        for index, column in enumerate(columns)}
+    else:
+        row["target"], row["implementation"] = portable(target, out), hello.implementation
+        for column in columns:
+            if column.profile is not None and column.profile not in hello.profiles:
+                row["cells"][column.id] = cell("n/a", f"{hello.implementation} implements "
+                                                      f"{', '.join(hello.profiles)}, not {column.profile}")
+            elif column.level == "threads" and subject.kind != "impl" and "concurrent" not in hello.features:
+                row["cells"][column.id] = cell("n/a", "the adapter does not list the 'concurrent' feature in its "
+                                                      "hello")
+            else:
+                tasks.append(Task(subject, target, column, budget))
+    row["seconds"] = time.monotonic() - started
+    tasks.sort(key=lambda task: task.column.level != "threads")  # the longest first: a shorter tail on the last row
+    return row, tasks
+
+
+def end_row(row: dict, done: dict[str, Done], columns: tuple[Column, ...], out: Path) -> dict:
+    """The row with its cells' results, in column order, their files written under ``out``; its seconds are its
+    opening's and its cells' own, wherever they ran."""
+    for column_id, each in done.items():
+        folder = clear(out / Subject(row["name"]).slug / COLUMNS_BY_ID[column_id].slug)
+        for name, contents in each.files.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
+            (out / name).write_bytes(contents)
         prune(folder)
-        on_cell(subject, column, result)
-    row["seconds"] = round(time.monotonic() - started, 1)
+        row["cells"][column_id] = each.result
+        row["seconds"] += each.seconds
+    row["cells"] = {column.id: row["cells"][column.id] for column in columns}
+    row["seconds"] = round(row["seconds"], 1)
     return row
+
+
+def run_rows(subjects: list[Subject], columns: tuple[Column, ...], budget: Budget, out: Path, runner: Runner,
+             on_cell: Callable[[Subject, Column, dict], None] = lambda *_: None,
+             on_row: Callable[[list[dict]], None] = lambda _: None) -> list[dict]:
+    """Every row: each system opened here in turn and its cells handed to ``runner`` at once, so that the cells of
+    the next rows run while this process opens more; a row is ended (its files written, ``on_row`` called) as soon
+    as it and every row before it are done (``on_row`` gets the rows so far), so the rows come out in order whatever
+    order the cells ran in."""
+    rows: list[dict] = []
+    waiting: collections.deque[tuple[dict, dict[str, Future]]] = collections.deque()
+
+    def end(block: bool) -> None:
+        while waiting and (block or all(future.done() for future in waiting[0][1].values())):
+            row, futures = waiting.popleft()
+            rows.append(end_row(row, {column_id: future.result() for column_id, future in futures.items()}, columns,
+                                out))
+            on_row(rows)
+
+    def shown(subject: Subject, column: Column) -> Callable[[Future], None]:
+        return lambda future: future.exception() is None and on_cell(subject, column, future.result().result)
+
+    for subject in subjects:
+        row, tasks = begin_row(subject, columns, budget, out)
+        for column in columns:
+            if column.id in row["cells"]:
+                on_cell(subject, column, row["cells"][column.id])
+        futures = {}
+        for task in tasks:
+            futures[task.column.id] = runner.submit(task)
+            futures[task.column.id].add_done_callback(shown(subject, task.column))
+        waiting.append((row, futures))
+        end(block=False)
+    end(block=True)
+    return rows
+
+
+class Runner:
+    """Where cells run: here, one after another (``jobs`` 1)."""
+
+    description = "serially in one process"
+
+    def submit(self, task: Task) -> Future:
+        future: Future = Future()
+        try:
+            future.set_result(run_cell(task))
+        except Exception as error:
+            future.set_exception(error)
+        return future
+
+    def close(self, finished: bool) -> None:
+        pass
+
+
+class Processes(Runner):
+    """``jobs`` worker processes, forked before this process opens any system (they inherit no adapter and no
+    thread)."""
+
+    def __init__(self, jobs: int):
+        self.description = f"on {jobs} local worker processes (-j {jobs})"
+        self.pool = multiprocessing.get_context("fork").Pool(jobs, initializer=fresh_worker)
+
+    def submit(self, task: Task) -> Future:
+        future: Future = Future()
+        self.pool.apply_async(run_cell, (task,), callback=future.set_result, error_callback=future.set_exception)
+        return future
+
+    def close(self, finished: bool) -> None:
+        if finished:
+            self.pool.close()
+        else:  # interrupted: the workers' adapters die with them (their keeper)
+            self.pool.terminate()
+        self.pool.join()
+
+
+def fresh_worker() -> None:
+    """A worker leaves interruptions to the parent, which stops the pool; the parent's time limits and adapters,
+    should it have had any, are not its own."""
+    from kpurgatory.conformance.adapters import subprocess as adapters, timed
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    timed.WATCHDOG = timed.Watchdog()
+    adapters.LIVE.clear()
+
+
+class OnSpark(Runner):
+    """One Spark job of one task per cell, submitted from a few threads here so that as many cells run at once as
+    the cluster has cores, in row order (Spark's FIFO scheduler); each result, files included, comes back to this
+    process."""
+
+    def __init__(self, session, master: str):
+        self.context = session.sparkContext
+        cores = self.context.defaultParallelism
+        self.description = f"on Spark ({master}, {cores} cores)"
+        self.threads = ThreadPoolExecutor(max_workers=2 * max(cores, 2), thread_name_prefix="matrix-cell")
+
+    def submit(self, task: Task) -> Future:
+        return self.threads.submit(self.run, task)
+
+    def run(self, task: Task) -> Done:
+        self.context.setJobDescription(f"matrix {task.subject.name} {task.column.id}")
+        return self.context.parallelize([task], 1).map(run_cell).collect()[0]
+
+    def close(self, finished: bool) -> None:
+        if not finished:
+            self.context.cancelAllJobs()
+        self.threads.shutdown(wait=True, cancel_futures=True)
+
+
+#: a jar of a Maven repository: its coordinates say what it is on any machine
+MAVEN_JAR = re.compile(r"/repository/(?P<group>(?:[^/]+/)+?)(?P<artifact>[^/]+)/(?P<version>[^/]+)/"
+                       r"(?P=artifact)-(?P=version)(?:-(?P<classifier>[^/]+))?\.jar$")
+
+
+def portable(command: str, out: Path) -> str:
+    """``command`` without this machine's paths in it: each word that is an absolute path, or a classpath of them,
+    rewritten: a jar of a Maven repository (~/.m2) as its coordinates (a classpath's joined by commas), any other
+    path relative to ``out`` (the page)."""
+    base = out.resolve()
+
+    def rewritten(path: str) -> str:
+        jar = MAVEN_JAR.search(path)
+        if jar is None:
+            return Path(os.path.relpath(path, base)).as_posix()
+        return ":".join(filter(None, (jar["group"].strip("/").replace("/", "."), jar["artifact"], jar["version"],
+                                      jar["classifier"])))
+
+    try:
+        words = shlex.split(command)
+    except ValueError:
+        return command
+    return shlex.join(",".join(map(rewritten, word.split(":"))) if all(
+        part.startswith("/") for part in word.split(":")) else word for word in words)
 
 
 def results_files(paths: tuple[Path, ...]) -> list[Path]:
@@ -507,7 +712,7 @@ def vector_row(results: dict, source: Path, out: Path) -> dict:
     is copied under ``out`` with its page, which the cell links to; a failing findings case is a finding (Kafka's
     own known misbehaviour: its releases fail these by design)."""
     name = f"{results['implementation']} ({results['driver']})"
-    row = {"name": name, "kind": "vectors", "release": None, "target": f"{results['driver']} driver, {source}",
+    row = {"name": name, "kind": "vectors", "release": None, "target": f"{results['driver']} driver, {source.name}",
            "implementation": f"{results['level']} level; declares {declared(results['declarations'])}",
            "note": None, "date": now(), "budget": None, "lacks": [], "cells": {}, "seconds": 0.0,
            "declarations": results["declarations"], "level": results["level"]}
@@ -526,6 +731,8 @@ def vector_row(results: dict, source: Path, out: Path) -> dict:
                 with contextlib.suppress(TraceFormatError):
                     write_view(trace_path.with_suffix(".html"), read_traces(trace_path))
             summary = f"step {case['step']}: {case['reason']}" if case["step"] else case["reason"] or "failed"
+            if trace_path is not None:  # the driver's words name its own copy: the page names the one beside it
+                summary = summary.replace(case["observed"], relative(trace_path, out))
             finding = next((f for f in FINDINGS if Path(case["path"]).stem.endswith(f".{f.name}")), None)
             if column.id.endswith("/findings") and finding is not None:
                 findings.append(finding_entry(finding, out, trace_path, detail=summary))
@@ -613,6 +820,25 @@ def previous_matrix(out: Path) -> dict | None:
     if not isinstance(data, dict) or data.get("format") != FORMAT or data.get("version") != VERSION:
         raise click.BadParameter(f"{path} is not a {FORMAT} version {VERSION} file", param_hint="--out")
     return data
+
+
+def kept(row: dict, out: Path) -> None:
+    """A row of an earlier matrix, kept by --merge, as this version writes it: no path of this machine in its
+    target (a results file by its name), nor in what a driver said of a failing case (its observed run: the copy
+    beside the page)."""
+    if row["kind"] != "vectors":
+        row["target"] = row["target"] and portable(row["target"], out)
+        return
+    if row["target"]:
+        driver, _, source = row["target"].partition(" driver, ")
+        row["target"] = f"{driver} driver, {Path(source).name}"
+    for result in row["cells"].values():
+        for entry in (*result["findings"], *result["failures"]):
+            if entry.get("trace"):
+                path = re.compile(rf"/\S*/{re.escape(Path(entry['trace']).name)}")
+                for holder, key in ((entry, "summary"), (entry, "detail"), (result, "note")):
+                    if holder.get(key):
+                        holder[key] = path.sub(entry["trace"], holder[key])
 
 
 def forget(out: Path) -> None:
@@ -710,6 +936,17 @@ def details_html(rows: list[dict], columns: list[dict]) -> str:
     return "".join(parts) or '<p class="muted">Nothing found.</p>'
 
 
+def budget_words(budget: dict) -> str:
+    """A run's budget in words (a matrix before thread_runs ran as many concurrent runs as sequential ones)."""
+    return (f"{budget['examples']} runs of up to {budget['steps']} steps per sequential check, "
+            f"{budget.get('thread_runs', budget['examples'])} runs of {budget['threads']} threads in the concurrent "
+            f"check")
+
+
+def duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 def page(data: dict) -> str:
     """The page of a matrix (`matrix_data`), made from the data alone: a committed matrix.json renders again."""
     columns, rows, env, budget = data["columns"], data["rows"], data["environment"], data["budget"]
@@ -721,8 +958,7 @@ def page(data: dict) -> str:
     for row in rows:
         ran = row["budget"]
         title = (f'{row["target"] or ""}\n' + (f'joined {row["date"]}' if ran is None else
-                                               f'run {row["date"]}: seed {ran["seed"]}, {ran["examples"]} runs of '
-                                               f'up to {ran["steps"]} steps per check'))
+                                               f'run {row["date"]}: seed {ran["seed"]}, {budget_words(ran)}'))
         name = (f'<th class="row" title="{e(title)}">{e(row["name"])}'
                 f'<div class="muted impl">{e(row["implementation"] or row["note"] or "")}</div>'
                 f'<div class="muted figures">{row["seconds"]:.0f} s</div></th>')
@@ -733,7 +969,9 @@ def page(data: dict) -> str:
     total = data["totals"]
     summary = (f"{len(rows)} systems × {len(columns)} checks: "
                + ", ".join(f"{total[verdict]} {verdict}" for verdict in VERDICTS if total[verdict])
-               + f"; {total['seconds']:.0f} s in all")
+               + f"; {total['seconds']:.0f} s of cells in all"
+               + (f", {duration(env['wall_s'])} wall time {env.get('runner', '')}".rstrip() if env.get("wall_s")
+                  else ""))
     verdict_legend = "".join(f'<li><span class="swatch {CSS[verdict]}"></span><b>{e(verdict)}</b>: {e(words)}</li>'
                              for verdict, words in VERDICTS.items())
     column_legend = "".join(f"<li><b>{e(column['id'])}</b>: {e(column['what'])}</li>" for column in columns)
@@ -758,8 +996,7 @@ def page(data: dict) -> str:
                          f"{' '.join(map(str, env['load_average']))} (at the end: "
                          f"{' '.join(map(str, env.get('load_average_end', ())))}); kpurgatory {env['kpurgatory']}, "
                          f"Python {env['python']}" + (f", {env['java']}" if env.get("java") else "")
-                         + f"; seed {budget['seed']}, {budget['examples']} runs of up to {budget['steps']} steps per "
-                           f"check, {budget['threads']} threads"),
+                         + f"; seed {budget['seed']}, {budget_words(budget)}"),
         "command": e(data["command"]),
         "table": f'<table class="matrix"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>',
         "verdicts": verdict_legend, "columns": column_legend, "findings": finding_legend,
@@ -841,15 +1078,23 @@ VERDICT_STYLE = {"pass": "green", "finding": "yellow", "failure": "bold red", "b
 @click.option("--seed", type=click.IntRange(0), default=SEED, show_default=True,
               help="Seed of every check's generated runs.")
 @click.option("--examples", type=click.IntRange(1), default=EXAMPLES, show_default=True,
-              help="Runs per check (the concurrent check's random runs too).")
+              help="Runs per sequential check.")
 @click.option("--steps", type=click.IntRange(1), default=STEPS, show_default=True,
               help="Commands per run, at most (rounds per run in the concurrent check).")
 @click.option("--threads", type=click.IntRange(2, 64), default=THREADS, show_default=True,
               help="Worker threads of the concurrent check.")
+@click.option("--thread-runs", type=click.IntRange(1), default=THREAD_RUNS, show_default=True,
+              help="Random runs of the concurrent check.")
 @click.option("--timeout", type=float, default=DEFAULT_TIMEOUT_S, show_default=True,
               help="Seconds one call into a system may take before it counts as hung.")
 @click.option("--max-failures", type=click.IntRange(1), default=DEFAULT_MAX_FAILURES, show_default=True,
               help="Distinct failures each check shrinks and reports before it stops exploring.")
+@click.option("-j", "--jobs", type=click.IntRange(1, 256), default=1, show_default=True,
+              help="Cells run at once, each in a worker process of its own; the results are those of -j 1.")
+@click.option("--master", metavar="URL", help="Run the cells on Spark instead, one task per cell (local[N], "
+                                              "spark://HOST:PORT); the results are those of -j 1.")
+@click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting, with --master "
+                                                                         "(repeatable).")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out/matrix"),
               show_default=True, help="Where matrix.json, index.html and the counterexamples are written.")
 @click.option("--merge", is_flag=True, help="Keep the rows of the matrix already in --out that this run does not "
@@ -862,12 +1107,12 @@ VERDICT_STYLE = {"pass": "green", "finding": "yellow", "failure": "bold red", "b
 @click.option("--page-only", is_flag=True, help="Run nothing: write --out's index.html again from its matrix.json "
                                                 "(after a change to the page), and each counterexample's page from "
                                                 "its trace where it is missing (the repository keeps the traces).")
-def matrix_command(releases, adapters, impls, checks, seed, examples, steps, threads, timeout, max_failures, out,
-                   merge, implementations, page_only):
-    """Run every check against every covered Kafka release (or the given systems) with one seed and a small
-    budget, and write the results as a table: OUT/matrix.json and one self-contained page, OUT/index.html, each
-    cell pass, finding (Kafka's own known misbehaviour), failure, broke, n/a or skipped, linked to the pages of its
-    counterexamples.
+def matrix_command(releases, adapters, impls, checks, seed, examples, steps, threads, thread_runs, timeout,
+                   max_failures, jobs, master, conf, out, merge, implementations, page_only):
+    """Run every check against every covered Kafka release (or the given systems) with one seed and budget, and
+    write the results as a table: OUT/matrix.json and one self-contained page, OUT/index.html, each cell pass,
+    finding (Kafka's own known misbehaviour), failure, broke, n/a or skipped, linked to the pages of its
+    counterexamples. Cells run in parallel with -j N, or on Spark with --master.
 
     Exits 0 when every cell passed or has findings only, 1 when a system failed a check, 3 when a system could not
     be driven or a counterexample could not be written."""
@@ -879,6 +1124,10 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
         views = write_missing_views(data, out)
         click.echo(f"page: {safe(out / 'index.html')}" + (f"; {views} counterexample pages" if views else ""))
         return
+    if master and jobs > 1:
+        raise click.UsageError("give -j/--jobs or --master, not both: on Spark the cluster's cores run the cells")
+    if conf and not master:
+        raise click.UsageError("--conf sets Spark, which runs only with --master")
     chosen = [part.strip() for part in checks.split(",") if part.strip()]
     if unknown := [part for part in chosen if part not in COLUMNS_BY_ID]:
         raise click.BadParameter(f"unknown checks {', '.join(unknown)} (expected some of "
@@ -893,15 +1142,23 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
     subjects = subjects_of(releases, adapters, impls) if releases or adapters or impls or not joined else []
     columns = (columns if subjects else ()) + (VECTOR_COLUMNS if joined else ())
     previous = previous_matrix(out) if merge else None
+    for row in (previous or {}).get("rows", []):
+        kept(row, out)
     if not merge:
         forget(out)
-    budget = Budget(seed, examples, steps, threads, timeout, max_failures)
+    budget = Budget(seed, examples, steps, threads, thread_runs, timeout, max_failures)
     console = command_console()
+    started = time.monotonic()
     env = environment(subjects)
     command = shlex.join(["kpurgatory", "matrix", *(sys.argv[2:] if sys.argv[1:2] == ["matrix"] else ())])
+    # the pool forks before this process opens any system; Spark starts before the first row too
+    runner = (Runner() if not subjects or jobs == 1 and not master else Processes(jobs) if not master else
+              spark_runner(master, conf))
+    env["runner"] = runner.description
     console.print(f"matrix: {len(joined)} results files of test vectors joined; " * bool(joined)
                   + (f"{len(subjects)} systems × {len(columns) - len(VECTOR_COLUMNS) * bool(joined)} checks; seed "
-                     f"{seed}, {examples} runs of up to {steps} steps per check; " if subjects else "")
+                     f"{seed}, {examples} runs of up to {steps} steps per check, {thread_runs} runs of {threads} "
+                     f"threads; {runner.description}; " if subjects else "")
                   + f"writing {markup(out)}")
 
     def show(subject: Subject, column: Column, result: dict) -> None:
@@ -910,21 +1167,27 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
                       f"{result['verdict']}[/]" + (f" ({markup(named_findings)})" if named_findings else "")
                       + f" {result['seconds']:.0f} s", highlight=False)
 
-    rows: list[dict] = []
+    def written(done: list[dict]) -> None:
+        console.print(f"{markup(done[-1]['name'])}: {done[-1]['seconds']:.0f} s", highlight=False)
+        save(rows + done)
+
+    def save(done: list[dict]) -> None:
+        env["load_average_end"] = loads()
+        env["wall_s"] = round(time.monotonic() - started, 1)
+        write_matrix(out, matrix_data(*merged(previous, done, columns), budget, env, command))
+
+    rows: list[dict] = [vector_row(results, path, out) for path, results in joined]
+    finished = False
     try:
-        for path, results in joined:
-            rows.append(vector_row(results, path, out))
-        for subject in subjects:
-            rows.append(run_row(subject, columns, budget, out, show))
-            console.print(f"{markup(subject.name)}: {rows[-1]['seconds']:.0f} s", highlight=False)
-            env["load_average_end"] = loads()
-            write_matrix(out, matrix_data(*merged(previous, rows, columns), budget, env, command))
-        if not subjects:
-            write_matrix(out, matrix_data(*merged(previous, rows, columns), budget, env, command))
+        rows += run_rows(subjects, columns, budget, out, runner, show, written)
+        finished = True
+        save(rows)
     except OSError as error:
         click.echo(f"Error: cannot write the matrix to {safe(out)}: {safe(error)}", err=True)
         sys.exit(3)
-    table = Table(title=f"matrix (seed {seed}, {examples}×{steps})")
+    finally:
+        runner.close(finished)
+    table = Table(title=f"matrix (seed {seed}, {examples}×{steps}, {thread_runs} thread runs)")
     table.add_column("system")
     for column in columns:
         table.add_column(column.id)
@@ -937,7 +1200,14 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
     console.print(table)
     total = totals(rows)
     console.print(", ".join(f"{total[verdict]} {verdict}" for verdict in VERDICTS if total[verdict])
-                  + f"; {total['seconds']:.0f} s", highlight=False)
+                  + f"; {total['seconds']:.0f} s of cells, {env['wall_s']:.0f} s wall time {runner.description}",
+                  highlight=False)
     console.print(safe(f"page: {out / 'index.html'}\ndata: {out / 'matrix.json'}"), markup=False, highlight=False,
                   soft_wrap=True)
     sys.exit(exit_code(rows))
+
+
+def spark_runner(master: str, conf: tuple[str, ...]) -> OnSpark:
+    from kpurgatory.conformance.spark.session import get_session, parse_conf
+
+    return OnSpark(get_session(master, parse_conf(conf), "kpurgatory matrix"), master)

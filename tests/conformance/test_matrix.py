@@ -4,6 +4,7 @@ the model with one planted difference each, defined here), never Kafka's jars: a
 stand-in for the Kafka adapter's module."""
 
 import json
+import os
 import sys
 import types
 from pathlib import Path
@@ -142,6 +143,58 @@ def test_every_counterexample_the_matrix_names_is_there_with_its_page(importable
     assert sorted(path.name for path in out.iterdir()) == ["index.html", "matrix.json"]  # the old rows' are gone
 
 
+def outputs(out: Path) -> dict:
+    """What a matrix run wrote, but for its timings and environment: the data, and every other file but the page
+    (which shows the timings), byte for byte."""
+    data = json.loads((out / "matrix.json").read_text())
+    for key in ("environment", "command"):
+        del data[key]
+    del data["totals"]["seconds"]
+    for row in data["rows"]:
+        del row["seconds"], row["date"]
+        for result in row["cells"].values():
+            del result["seconds"]
+    files = {path.relative_to(out).as_posix(): path.read_bytes() for path in sorted(out.rglob("*"))
+             if path.is_file() and path.name not in ("matrix.json", "index.html")}
+    return {"data": data, "files": files}
+
+
+def test_cells_run_on_worker_processes_give_the_serial_matrix(importable, tmp_path):
+    """-j 2 runs the cells in worker processes, each writing its counterexamples to a folder of its own that comes
+    back to --out: the same matrix and files as -j 1. The concurrent check's threads meet a race or not depending on
+    timing, so it runs on a system that has none."""
+    for name, args in (("every-verdict", [*EVERY_VERDICT, "--steps", "10"]),
+                       ("threads", ["--impl", f"ok={BUILTIN}", "--impl", "timer-only=test_matrix:TimerOnly",
+                                    "--checks", "timer/contract,purgatory/threads", "--thread-runs", "3",
+                                    "--examples", "5", "--steps", "10"])):
+        serial, parallel = (invoke(*args, *jobs, "--out", str(tmp_path / name / how))
+                            for how, jobs in (("serial", []), ("parallel", ["-j", "2"])))
+        assert serial.exit_code == parallel.exit_code, parallel.output
+        assert outputs(tmp_path / name / "parallel") == outputs(tmp_path / name / "serial")
+        environment = json.loads((tmp_path / name / "parallel" / "matrix.json").read_text())["environment"]
+        assert environment["runner"] == "on 2 local worker processes (-j 2)" and environment["wall_s"] > 0
+    found = outputs(tmp_path / "every-verdict" / "parallel")
+    assert any(name.startswith("kafka-like/scenarios/") for name in found["files"])  # shipped back from a worker
+    threads = outputs(tmp_path / "threads" / "parallel")["data"]
+    assert threads["budget"]["thread_runs"] == 3 and threads["rows"][0]["cells"]["purgatory/threads"]["runs"] == 3
+    assert "wall time on 2 local worker processes" in (tmp_path / "threads" / "parallel" / "index.html").read_text()
+
+
+def test_a_release_row_names_no_path_of_this_machine(tmp_path):
+    """A release's adapter command names the jars in ~/.m2 and the adapter's script: the matrix gives the jars'
+    Maven coordinates and the script's path relative to the page."""
+    out = tmp_path / "docs" / "matrix"
+    repository = Path.home() / ".m2" / "repository"
+    command = (f"{HERE.parents[1] / 'conformance' / 'examples' / 'kafka' / 'run.sh'} --era java-purgatory "
+               f"--kafka-version 4.4.0 {repository}/org/apache/kafka/kafka-clients/4.4.0/kafka-clients-4.4.0.jar:"
+               f"{repository}/com/yammer/metrics/metrics-core/2.2.0/metrics-core-2.2.0.jar")
+    expected = (f"{os.path.relpath(HERE.parents[1], out.resolve())}/conformance/examples/kafka/run.sh --era "
+                f"java-purgatory --kafka-version 4.4.0 "
+                f"org.apache.kafka:kafka-clients:4.4.0,com.yammer.metrics:metrics-core:2.2.0")
+    assert matrix.portable(command, out) == expected
+    assert matrix.portable(BUILTIN, out) == BUILTIN
+
+
 def test_only_passes_and_findings_exit_0_and_a_failure_exits_1(importable, tmp_path):
     passing = invoke("--impl", f"ok={BUILTIN}", "--impl", "kafka-like=planted:KafkaLike", "--checks",
                      "scenarios", "--timeout", "5", "--out", str(tmp_path / "a"))
@@ -158,6 +211,8 @@ def test_only_passes_and_findings_exit_0_and_a_failure_exits_1(importable, tmp_p
     (["--releases", "4.x"], "not a Kafka release number"),
     (["--releases", "0.8.2.2"], "predates the hierarchical timing wheel"),
     (["--impl", "a=no.such.module:factory"], "cannot import"),
+    (["-j", "2", "--master", "local[2]"], "not both"),
+    (["--conf", "spark.ui.enabled=false"], "only with --master"),
 ])
 def test_usage_errors_exit_2(tmp_path, args, message):
     result = invoke(*args, "--out", str(tmp_path))
