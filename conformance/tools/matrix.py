@@ -2,8 +2,9 @@
 
 Rows are systems: by default the Kafka releases of `model.releases.COVERED`, each driven through the adapter over
 that release's own classes (`adapters.kafka`); or any adapters and in-process systems given by name, so that a port,
-a fork or a planted system gets the same table. Columns are the checks, run in process by the functions the
-commands use, with one seed and a small budget for every cell:
+a fork or a planted system gets the same table. Columns are the checks, run by the functions the commands use,
+with one seed and budget for every cell (by default as deep as ``kpurgatory check``'s: 500 runs of up to 60 steps,
+and 200 runs of the concurrent check):
 
   timer/exact, timer/contract, purgatory/exact, purgatory/contract
                    `run_check` of that profile at that level (``kpurgatory check --profile P --level L``)
@@ -15,19 +16,30 @@ Each cell has one verdict (`VERDICTS`). A *finding* is one of Kafka's own known 
 (`check.findings`), or a scenario a release answers as that release did (it lacks the rule the scenario separates:
 `model.releases`). A newcomer reads from the row of a release which of Kafka's known bugs it has, by name and ticket.
 
+A cell is a pure function of its system, column and budget (`Task` -> `Done`), so cells run anywhere: one after
+another here, on ``-j N`` worker processes, or on Spark (``--master``), one task per cell. This process opens each
+row first (a release's jars resolved by Maven and its adapter compiled, its hello), and a worker or executor makes
+its systems from the command resolved here (an executor whose host lacks those jars resolves the release again with
+Maven, into its own ~/.m2, as ``check --kafka`` does). Each cell writes its counterexamples to a folder of its own and
+sends back their contents with its result; rows are written to ``--out`` in order as they complete. The data and
+every counterexample are those of a serial run, but for timings, the environment and what time decides: a race the
+concurrent check meets or not, a call taken for hung under ``--timeout``.
+
 Everything goes to ``--out``: ``matrix.json`` (the data), ``index.html`` (one self-contained page made from it
 alone: no script, no load; every text from a system escaped) and, for each cell that found something,
 ``ROW/CELL/`` with each counterexample's trace, step table and page (`traces.view`), which the cell links to. Both
 files are rewritten after every row, so an interrupted run leaves the rows it finished. ``matrix.json`` holds:
 
-  environment      date, load average at the start and the end, cores, versions (Python, kpurgatory, Java)
+  environment      date, load average at the start and the end, cores, versions (Python, kpurgatory, Java), where
+                   the cells ran (runner) and the run's wall time (wall_s)
   budget, columns  the seed and budget of the run; each check's id and what it is
-  rows             per system: name, kind (release, adapter, impl), the command or factory, its hello's
+  rows             per system: name, kind (release, adapter, impl), the command or factory (with no path of this
+                   machine in it: jars by their Maven coordinates, other paths relative to the page), its hello's
                    implementation, the rules a release lacks, its date, budget and seconds, and its cells
   rows[].cells     per check: verdict, a one-line note, findings (name, ticket, releases, description, trace and
                    page paths relative to index.html), failures (signature, summary, whether the system failed to
                    answer, trace and page), runs, steps, seconds
-  totals           cells per verdict, seconds
+  totals           cells per verdict, seconds of the cells (wherever they ran)
   findings, rules  the legend: every finding met (with the rows that met it), every rule of `model.releases`
 """
 
