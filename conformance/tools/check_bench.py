@@ -89,13 +89,13 @@ def ways(kafka: str | None, build_dir: Path) -> list[Way]:
         from kpurgatory.conformance.adapters.kafka import adapter_command
 
         found.append(Way(f"Kafka {kafka} (JVM adapter)", functools.partial(SubprocessSystem, adapter_command(kafka))))
-    if shutil.which("go"):
+    if shutil.which("go") and (EXAMPLES / "go-zero-timingwheel").is_dir():  # a checkout's, not an installed wheel's
         binary = build_dir / "go-zero-adapter"
         subprocess.run(["go", "build", "-o", str(binary), "./cmd/adapter"], cwd=EXAMPLES / "go-zero-timingwheel",
                        check=True, timeout=600)
         found.append(Way("Go driver's stdio server (go-zero)", functools.partial(SubprocessSystem, str(binary)),
                          "contract"))
-    if shutil.which("node"):
+    if shutil.which("node") and (EXAMPLES / "node-timer").is_dir():
         node_adapter = shlex.join(["node", str(EXAMPLES / "node-timer" / "adapter.js")])
         found.append(Way("node stdio adapter (node-timer)", functools.partial(SubprocessSystem, node_adapter)))
     return found
@@ -111,7 +111,8 @@ def check_bench_command(kafka, examples, seed):
 
     CPU time of the whole process tree (this process and each adapter with all it starts, measured when the
     adapter is reaped), per profile: in process, the Python stdio adapter, a Kafka release's JVM adapter with
-    --kafka, and the stdio servers of the Go driver and node's example adapter where go and node are installed."""
+    --kafka, and the stdio servers of the Go driver and node's example adapter where go and node are installed and
+    their examples are at hand (a checkout)."""
     console = command_console()
     rows: list[Measured] = []
     with tempfile.TemporaryDirectory(prefix="kpurgatory-check-bench-") as build:
