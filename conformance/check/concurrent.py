@@ -157,7 +157,7 @@ def plan_run(rng: random.Random, threads: int, steps: int, unsupported: frozense
     """Random rounds on small and Kafka-sized wheels (tasks overflow to three and more levels), keys shared by all
     threads on consecutive watcher shards of ``shards`` from a random one, ops referred to across threads: ``steps``
     rounds, each with one or two calls of every worker and one advance. The patterns the sequential check draws are
-    drawn here too: deadlines on the wheel's comparisons (`strategies.wheel_edges`), advances to a planned deadline
+    drawn here too: deadlines on the wheel's comparisons (`strategies.draw_wheel_edge`), advances to a planned deadline
     or a millisecond before it, and a watch followed by a cancel_key of its key. No call is one of the
     ``unsupported`` commands (those the system's hello says it cannot execute)."""
     kinds = [kind for kind in WEIGHTS if kind not in unsupported]

@@ -42,7 +42,7 @@ TIMER_ITEMS = (
     "advance across a 2^32-tick boundary", "entry at a level whose interval passes Long.MAX_VALUE",
     "deadline exactly Long.MAX_VALUE", "deadline just beyond Long.MAX_VALUE",
     # each comparison of the wheel's add, from the clock of the first wheel or of an overflow wheel (strategies:
-    # wheel_edges), and an advance to or just before a deadline added there
+    # draw_wheel_edge), and an advance to or just before a deadline added there
     *(item for where in ("first wheel", "overflow wheel") for item in WHEEL_EDGE_ITEMS[where]),
     "overflow wheel created", "overflow wheel created at the interval", "cascade onto a wheel's interval",
     # the wheel sizes of the runs, counted in steps

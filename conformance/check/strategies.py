@@ -43,8 +43,6 @@ TASK_IDS = tuple(f"t{i}" for i in range(10))
 READY_ON_CHOICES = (None, None, 1, 2, 3)
 #: set_ready: mostly making a condition true, sometimes clearing it again
 READY_CHOICES = (True, True, True, False)
-READY_ON = st.sampled_from(READY_ON_CHOICES)
-READY = st.sampled_from(READY_CHOICES)
 
 
 @functools.cache
@@ -183,12 +181,8 @@ def draw_wheel_edge(choices: Choices, p: v.Params, now: int, clocks: tuple[int, 
     return pick(choices, edge_times(p, levels, level))
 
 
-def wheel_edges(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
-    return strategy(draw_wheel_edge, p, now, clocks)
-
-
 def edge_times(p: v.Params, levels: list[tuple[int, int]], level: int) -> list[int]:
-    """The times of `wheel_edges` at ``level`` (0: the first wheel; past the top: the top), of ``levels`` as
+    """The times of `draw_wheel_edge` at ``level`` (0: the first wheel; past the top: the top), of ``levels`` as
     `level_clocks` gives them."""
     level = min(level, len(levels) - 1)
     tick, clock = levels[level]
@@ -207,10 +201,6 @@ def draw_boundary(choices: Choices, p: v.Params, now: int, clocks: tuple[int, ..
     time_ms = (draw_near_boundary(choices, p, now) if kind == 0 else draw_wheel_edge(choices, p, now, clocks)
                if kind == 1 else pick(choices, interval_ends(p, now, clocks)))
     return max(time_ms, now)
-
-
-def at_boundaries(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
-    return strategy(draw_boundary, p, now, clocks)
 
 
 def interval_ends(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> list[int]:
@@ -288,10 +278,6 @@ def draw_delay(choices: Choices, p: v.Params, now: int, clocks: tuple[int, ...] 
     return choices.integer(room + 1, v.LONG_MAX)
 
 
-def near_boundaries(p: v.Params, now: int) -> st.SearchStrategy[int]:
-    return strategy(draw_near_boundary, p, now)
-
-
 def delays(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> st.SearchStrategy[int]:
     return strategy(draw_delay, p, now, clocks)
 
@@ -315,10 +301,6 @@ def draw_advance(choices: Choices, p: v.Params, now: int) -> v.Advance:
     """An advance by a gap, or to a boundary (a millisecond either side), never past Long.MAX_VALUE."""
     to_ms = now + draw_gap(choices, p) if roll(choices, 2) == 0 else draw_boundary(choices, p, now)
     return v.Advance(min(to_ms, v.LONG_MAX))
-
-
-def gaps(p: v.Params) -> st.SearchStrategy[int]:
-    return strategy(draw_gap, p)
 
 
 def allowed(kinds: list[str], names: dict[str, str], unsupported: frozenset[str]) -> list[str]:
