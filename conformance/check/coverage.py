@@ -301,9 +301,9 @@ class Coverage:
 
     def record_wheel_edges(self, model: Model, command: v.Command, before: Before, after: dict[str, tuple[int, int]],
                            cascaded: list[tuple[int, int, int]], deadline: int | None, target: str | None) -> None:
-        """Each comparison of the wheel's add that an accepted deadline met at a level it reached (`wheel_edges`),
-        and an advance to, or a millisecond before, a deadline added at a level's interval while it is pending: the
-        pattern that shows a ``<=`` for ``<`` in add. ``cascaded`` are the entries that moved down a level."""
+        """Each comparison of the wheel's add that an accepted deadline met at a level it reached
+        (`strategies.draw_wheel_edge`), and an advance to, or a millisecond before, a deadline added at a level's
+        interval while it is pending: the pattern that shows a ``<=`` for ``<`` in add. ``cascaded`` are the entries that moved down a level."""
         p = model.params
         if cascaded:  # onto the interval of a level at or below the one it lands in
             reached = list(itertools.islice(add_levels(p, model.now_ms, clocks_of(model.timer)),
