@@ -1,5 +1,5 @@
 """npm timer-wheel 1.0.0, through its Node adapter (conformance/examples/pypi/npm-timer-wheel), at the contract
-level: the findings of conformance/examples/FINDINGS.md still hold, the check finds the first of them, and runs
+level: the findings of conformance/examples/FINDINGS.md still hold, the check finds one of them, and runs
 steered around both pass. Needs node and ``npm ci --prefix conformance/examples/pypi/npm-timer-wheel``."""
 
 from __future__ import annotations
@@ -53,14 +53,17 @@ def test_the_findings_still_hold(trace, system):
     assert failing is None or failing.failures[0].what.prop == "on_time"
 
 
-def test_the_check_finds_the_parked_due_task():
+def test_the_check_finds_one_of_the_findings():
     result = run_check(functools.partial(SubprocessSystem, ADAPTER), profile="timer", level="contract",
                        examples=100, seed=1)
     assert not result.passed and "on_time" in result.failure_summary
-    # timer_add(t0, delay 0 or less), then an advance (the shrinker may keep one idle advance before them)
+    # both findings shrink to an add and an advance (the shrinker may keep one advance before them): a task added with
+    # delay 0 or less, parked; or an advance whose sweep crosses a multiple of the era, skipped
     commands = [step.command for step in result.counterexample.steps]
     assert result.shrunk_length <= 3 and isinstance(commands[-1], v.Advance)
-    assert any(isinstance(command, v.TimerAdd) and command.delay_ms <= 0 for command in commands)
+    parked = any(isinstance(command, v.TimerAdd) and command.delay_ms <= 0 for command in commands)
+    wrapped = commands[-1].to_ms >= ERA
+    assert parked or wrapped
 
 
 @settings(max_examples=100, deadline=None)
