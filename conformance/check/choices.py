@@ -63,15 +63,18 @@ class SeededChoices:
         if usual is not None and roll < 0.75:
             value = usual
         elif high - low > NEAR and roll >= 0.75:  # a wide range: its low end too, where uniform draws rarely land
-            value = low + self.random.randint(0, NEAR)
+            value = low + self.random.randrange(NEAR + 1)
         else:
-            value = self.random.randint(low, high)
+            value = self.random.randrange(low, high + 1)
         self.made.append(value)
         return value
 
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        yield
+    def step(self) -> contextlib.AbstractContextManager[None]:
+        return NO_SPAN
+
+
+#: a run's steps are spans for the shrinker alone
+NO_SPAN = contextlib.nullcontext()
 
 
 class ConjectureChoices:
@@ -101,9 +104,8 @@ class DrawChoices:
     def integer(self, low: int, high: int, usual: int | None = None) -> int:
         return self.draw(st.integers(low, high))
 
-    @contextlib.contextmanager
-    def step(self) -> Iterator[None]:
-        yield
+    def step(self) -> contextlib.AbstractContextManager[None]:
+        return NO_SPAN
 
 
 def strategy(drawing: Callable[..., T], *args, **kwargs) -> st.SearchStrategy[T]:

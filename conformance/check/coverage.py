@@ -151,12 +151,14 @@ class Before(NamedTuple):
     clocks: tuple[int, ...]
 
     @classmethod
-    def of(cls, model: Model, command: v.Command) -> Before:
+    def of(cls, model: Model, command: v.Command, entries: dict[str, tuple[int, int]] | None = None) -> Before:
+        """``entries``: the model's `entry_places`, when already read."""
         adds = isinstance(command, (v.TimerAdd, v.Watch))
         op = model.ops.get(command.op) if isinstance(command, v.Watch) else None
         stale = isinstance(command, v.Check) and any(listed.completed
                                                      for listed in model.purgatory.watchers.get(command.key, ()))
-        return cls(model.now_ms, model.timer.timing_wheel.current_time_ms, entry_places(model.timer),
+        return cls(model.now_ms, model.timer.timing_wheel.current_time_ms,
+                   entry_places(model.timer) if entries is None else entries,
                    model.purgatory.estimated_total_operations, op and (op.completed, op.try_calls), stale,
                    clocks_of(model.timer) if adds else ())
 
@@ -218,9 +220,11 @@ class Coverage:
         if times:
             self.counts[item] += times
 
-    def record(self, model: Model, command: v.Command, observation: v.Observation, before: Before) -> None:
-        """Count what the step reached. It runs after every step of a check, and most items are not reached by most
-        steps: their conditions are tested before `hit` is called."""
+    def record(self, model: Model, command: v.Command, observation: v.Observation,
+               before: Before) -> dict[str, tuple[int, int]]:
+        """Count what the step reached, and return the model's `entry_places` after it (the next step's before). It
+        runs after every step of a check, and most items are not reached by most steps: their conditions are tested
+        before `hit` is called."""
         occupied = levels_of(model.timer).occupied()
         self.states.add(hash(state_shape(model, occupied)))
         ok = observation.error is None
@@ -266,6 +270,7 @@ class Coverage:
             self.record_wheel_edges(model, command, before, after, cascaded, deadline if adds else None, target)
         if self.profile == "purgatory":
             self.record_purgatory(model, command, observation, before)
+        return after
 
     def record_edges(self, model: Model, command: v.Command, before: Before, top: int, deadline: int | None) -> None:
         """Where timers' arithmetic breaks: far clocks, boundaries crossed, the edge of time. ``top`` is the highest

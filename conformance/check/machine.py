@@ -56,7 +56,8 @@ HANG_BUDGET = 8
 #: own limit is five minutes of wall-clock time (which `conformance.check.sequential.shrink` does not go through), so
 #: that a loaded machine shrinks exactly as far as a quiet one. Shrinking a failure typically takes a few hundred runs
 SHRINK_BUDGET = 5000
-#: a Kafka finding is named and known before it is shrunk: its shrinking gets this much of the budget at most
+#: a Kafka finding is named and known before it is shrunk, and cut where the model's side reached it
+#: (`sequential.shrink`): one the system does not confirm there gets this much of the budget at most
 FINDING_SHRINK_BUDGET = 100
 
 
@@ -297,6 +298,8 @@ class RunBuilder:
         self.params = params
         self.model = Model(self.profile, params, self.declarations.release)
         self.run = Drawn(self.profile, params)
+        #: the model's pending entries as coverage last saw them: the next step's before (None: not seen yet)
+        self.entries: dict[str, tuple[int, int]] | None = None
 
     def start(self, key_home: int | None) -> None:
         """What a profile draws before its steps."""
@@ -309,7 +312,7 @@ class RunBuilder:
         """Run ``command`` on the model and record it as the run's next step, with what Kafka's timer does there;
         a step after a foreseen known hang is recorded but not sent."""
         coverage = self.coverage
-        before = Before.of(self.model, command) if coverage is not None else None
+        before = Before.of(self.model, command, self.entries) if coverage is not None else None
         self.kafka.before(self.model, command)
         self.current = command
         expected = self.model.step(command)
@@ -321,7 +324,7 @@ class RunBuilder:
                                                                  self.session.known)) is not None:
             run.sendable, run.foreseen = len(run.steps) - 1, known
         if coverage is not None:
-            coverage.record(self.model, command, expected, before)
+            self.entries = coverage.record(self.model, command, expected, before)
 
     def draw_delay(self) -> int | None:
         """A delay from now, inside what the system declares it promises anything for (None: nothing is)."""

@@ -26,7 +26,7 @@ import threading
 import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
-from typing import Callable, ClassVar, Iterable, Iterator, TypeVar
+from typing import Callable, ClassVar, Iterable, Iterator
 
 import attrs
 import click
@@ -420,10 +420,10 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
     shrunk, runs that fail with its signature are not counted as repeats, and a known hang's step is sent, not
     foreseen.
 
-    A Kafka finding costs the system nothing to shrink: its input class is known from the model's side (what Kafka's
-    timer does there, `findings.KafkaShadow`), so the shrinker looks for the smallest run that reaches it on the
-    model alone, within `FINDING_SHRINK_BUDGET` runs, and the system is sent that run once to confirm it. Only a
-    finding the system does not confirm there is shrunk on the system."""
+    A Kafka finding is shrunk without a search: its input class is known from the model's side (what Kafka's timer
+    does there, `findings.KafkaShadow`), so its run is cut at the first step that reaches it, the system is sent
+    that run once to confirm it, and its steps are deleted. Only a finding the system does not confirm there is
+    shrunk on the system, within `FINDING_SHRINK_BUDGET` runs."""
     target = stop.signature
     repeats = session.known.pop(target, 0)
     session.shrinking = True
@@ -432,13 +432,10 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
     unfinished = None
     try:
         if run is not None and stop.finding is not None:
-            reached, unfinished = shrink_choices(session, run.choices, steps, index, label, FINDING_SHRINK_BUDGET,
-                                                 lambda drawn: reaching(drawn, stop.finding), len(stop.steps))
+            reached = reaching(run, stop.finding)
             confirmed = judge(session, reached) if reached is not None else None
             if confirmed is not None and confirmed.signature == target:
                 run, stop = None, confirmed
-            else:
-                unfinished = None
         if run is not None:
             budget = session.shrink_budget if stop.finding is None else min(session.shrink_budget,
                                                                              FINDING_SHRINK_BUDGET)
@@ -464,17 +461,14 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
     return stop
 
 
-T = TypeVar("T", Divergence, Drawn)
-
-
 def shrink_choices(session: Session, choices: tuple[int, ...], steps: int, index: int, label: str, budget: int,
-                   failing: Callable[[Drawn], T | None], cut_at: int) -> tuple[T | None, str | None]:
+                   failing: Callable[[Drawn], Divergence | None], cut_at: int) -> tuple[Divergence | None, str | None]:
     """The smallest ``failing(run)`` Hypothesis's shrinker finds from the run drawn by ``choices`` (None: that run
     itself does not fail), and why it stopped early (None: it did not): at ``budget`` runs, after
     `machine.HANG_BUDGET` runs that hung at the cost of a fresh system, or an interruption. Runs are drawn up to
     ``cut_at`` commands, where the run being shrunk failed: a run that fails only later is no smaller (the cut is
     the same for every run of a shrink, as Hypothesis requires of a test: the same choices, the same run)."""
-    found: dict[tuple, T] = {}
+    found: dict[tuple, Divergence] = {}
     spent, hangs = [0], [0]
 
     def test(data) -> None:

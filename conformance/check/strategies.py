@@ -220,27 +220,21 @@ def interval_meetings(p: v.Params, now: int, clocks: tuple[int, ...] = ()) -> li
     entry with that deadline, added now, lands, and comes an interval or more after now; and no level's window up to
     that one passes Long.MAX_VALUE (where Kafka's windows wrap, the other rules go: its hangs there cost a time limit
     each)."""
-    levels = level_clocks(p, now, clocks)
     interval = p.tick_ms * p.wheel_size
     dues = []
-    for level in range(2, len(levels)):
-        tick, clock = levels[level]
-        if clock + tick * p.wheel_size > v.LONG_MAX:
-            break
-        for ahead in range(1, 4):
-            due = (now // tick + ahead) * tick
-            if due - interval > now and landing(levels, p, due + interval) == level:
-                dues.append(due)
+    passed = -1  # the latest interval end of the levels below: a deadline from there on is past all of them
+    for level, (tick, clock) in enumerate(level_clocks(p, now, clocks)):
+        end = clock + tick * p.wheel_size
+        if level >= 2:
+            if end > v.LONG_MAX:
+                break
+            for ahead in range(1, 4):
+                due = (now // tick + ahead) * tick
+                # TimingWheel.add files the entry at the first level whose interval end is past its deadline
+                if due - interval > now and passed <= due + interval < end:
+                    dues.append(due)
+        passed = max(passed, end)
     return sorted(set(dues))
-
-
-def landing(levels: list[tuple[int, int]], p: v.Params, deadline: int) -> int:
-    """The level (0: the first wheel) where TimingWheel.add files a pending entry with ``deadline``, given the
-    levels' (tick, current time) as `level_clocks` gives them."""
-    for level, (tick, clock) in enumerate(levels):
-        if deadline < clock + tick * p.wheel_size:
-            return level
-    return len(levels) - 1
 
 
 def draw_near_boundary(choices: Choices, p: v.Params, now: int) -> int:

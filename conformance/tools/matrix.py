@@ -653,8 +653,8 @@ class OnSpark(Runner):
     the cluster has cores, in row order (Spark's FIFO scheduler); each result, files included, comes back to this
     process."""
 
-    def __init__(self, session, master: str):
-        self.context = session.sparkContext
+    def __init__(self, session, master: str, owned: bool):
+        self.session, self.owned, self.context = session, owned, session.sparkContext
         cores = self.context.defaultParallelism
         self.description = f"on Spark ({master}, {cores} cores)"
         self.threads = ThreadPoolExecutor(max_workers=2 * max(cores, 2), thread_name_prefix="matrix-cell")
@@ -670,6 +670,8 @@ class OnSpark(Runner):
         if not finished:
             self.context.cancelAllJobs()
         self.threads.shutdown(wait=True, cancel_futures=True)
+        if self.owned:  # stopped before the process exits, not by a shutdown hook racing the executors' goodbyes
+            self.session.stop()
 
 
 #: a jar of a Maven repository: its coordinates say what it is on any machine
@@ -1222,4 +1224,11 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
 def spark_runner(master: str, conf: tuple[str, ...]) -> OnSpark:
     from kpurgatory.conformance.spark.session import get_session, parse_conf
 
-    return OnSpark(get_session(master, parse_conf(conf), "kpurgatory matrix"), master)
+    settings = parse_conf(conf)
+    try:
+        from pyspark import SparkContext
+
+        owned = SparkContext._active_spark_context is None  # else a caller's session (a test's), left running
+    except ImportError:
+        owned = True  # get_session says what to install
+    return OnSpark(get_session(master, settings, "kpurgatory matrix"), master, owned)
