@@ -264,8 +264,9 @@ def command_validator(definition: str, cmd: str):
 # system answer, an error), and each event's on its kind; fastjsonschema evaluates every ``if`` by raising and
 # catching an exception. So a plain step line (the required keys and no other) is first checked against the schema
 # with the branches its cmd and the kinds of its events decide cut away: for such a line it accepts exactly what the
-# whole schema accepts, at a fraction of the cost. Any other line, and a line it rejects, is checked as above, for
-# the whole schema's words.
+# whole schema accepts, at a fraction of the cost; a batch's plain answer (a result and events) likewise, against the
+# answering branch cut to its events' kinds. Anything else, and a document its shape's schema rejects, is checked as
+# above, for the whole schema's words.
 
 
 def fails_for_lack_of_keys(condition: dict, keys: frozenset[str]) -> bool:
@@ -300,15 +301,31 @@ def plain_keys() -> frozenset[str]:
 def step_line_shape(document: dict) -> tuple[str, frozenset[str]] | None:
     """A plain step line's cmd and the kinds of its events; None for any other document (other keys, an unknown cmd,
     events that are not a list of objects of known kinds), which the command's schema checks."""
-    cmd, events = document.get("cmd"), document.get("events")
-    if type(cmd) is not str or cmd not in v.COMMANDS or type(events) is not list or document.keys() != plain_keys():
+    cmd = document.get("cmd")
+    if type(cmd) is not str or cmd not in v.COMMANDS or document.keys() != plain_keys():
+        return None
+    kinds = event_kinds(document["events"])
+    return None if kinds is None else (cmd, kinds)
+
+
+def event_kinds(events: object) -> frozenset[str] | None:
+    """The kinds of ``events``; None unless it is a list of objects of known kinds."""
+    if type(events) is not list:
         return None
     kinds = set()
     for event in events:
         if type(event) is not dict or type(kind := event.get("event")) is not str or kind not in v.EVENTS:
             return None
         kinds.add(kind)
-    return cmd, frozenset(kinds)
+    return frozenset(kinds)
+
+
+def by_kind(kinds: frozenset[str]):
+    """Decides an event's ``if`` (`decided`) for events of ``kinds`` only."""
+    def decide(condition: dict) -> bool | None:
+        kind = condition["properties"]["event"]["const"]
+        return False if kind not in kinds else True if kinds == {kind} else None
+    return decide
 
 
 @functools.cache
@@ -320,27 +337,45 @@ def shape_validator(cmd: str, kinds: frozenset[str]):
     def by_cmd(condition: dict) -> bool:
         return condition["properties"]["cmd"]["const"] == cmd
 
-    def by_kind(condition: dict) -> bool | None:
-        kind = condition["properties"]["event"]["const"]
-        return False if kind not in kinds else True if kinds == {kind} else None
-
     whole = schema()
     defs = for_command(whole, cmd)
     defs["step_line"] = decided(defs["step_line"], by_keys)
     defs.update({name: decided(defs[name], by_cmd) for name in PER_COMMAND})
-    defs["event"] = decided(defs["event"], by_kind)
+    defs["event"] = decided(defs["event"], by_kind(kinds))
     return fastjsonschema.compile({**whole, "$defs": defs, "$ref": "#/$defs/step_line"})
+
+
+#: the keys of a batch's plain answer: one that answered, not a failure, a hang or a skip
+ANSWERED = frozenset({"result", "events"})
+
+
+@functools.cache
+def answer_validator(kinds: frozenset[str]):
+    """The schema of a batch's plain answer with events of ``kinds``: the branch of ``batch_answer`` for answers
+    (the others each require a key it lacks), with the event branches its kinds decide cut away."""
+    whole = schema()
+    answered, = [branch for branch in whole["$defs"]["batch_answer"]["oneOf"] if set(branch["required"]) <= ANSWERED]
+    defs = {**whole["$defs"], "event": decided(whole["$defs"]["event"], by_kind(kinds)), "batch_answer": answered}
+    return fastjsonschema.compile({**whole, "$defs": defs, "$ref": "#/$defs/batch_answer"})
 
 
 def validate(definition: str, document: object) -> None:
     """Raise ValueError naming the field at fault ("data.args.delay_ms must be integer"). A document with a known
-    ``cmd`` is checked against that command's part of the schema only; a plain step line, against its shape's."""
+    ``cmd`` is checked against that command's part of the schema only; a plain step line or batch answer, against
+    its shape's."""
     if definition == "step_line" and type(document) is dict and (shape := step_line_shape(document)) is not None:
         try:
             shape_validator(*shape)(document)
             return
         except fastjsonschema.JsonSchemaValueException:
             pass  # the words come from the command's schema
+    if (definition == "batch_answer" and type(document) is dict and document.keys() == ANSWERED
+            and (kinds := event_kinds(document["events"])) is not None):
+        try:
+            answer_validator(kinds)(document)
+            return
+        except fastjsonschema.JsonSchemaValueException:
+            pass  # the words come from the whole schema
     cmd = document.get("cmd") if isinstance(document, dict) else None
     try:
         (command_validator(definition, cmd) if isinstance(cmd, str) and cmd in v.COMMANDS else

@@ -1,5 +1,6 @@
-"""The reader's fast paths say exactly what the slow ones say: a step line checked against its shape's schema is
-accepted exactly when the whole schema accepts it, with the same words when it is not; a line decoded by orjson is the
+"""The reader's fast paths say exactly what the slow ones say: a step line or a batch's answer checked against its
+shape's schema is accepted exactly when the whole schema accepts it, with the same words when it is not; a line
+decoded by orjson is the
 json module's value, and the shared decoder is json.loads; the pause of the cycle collector is undone."""
 
 import gc
@@ -13,8 +14,9 @@ from hypothesis import strategies as st
 
 from kpurgatory.conformance.check.strategies import runs
 from kpurgatory.conformance.traces import codec
-from kpurgatory.conformance.traces.codec import (Fractional, Header, TraceFormatError, collector_paused,
-                                                 command_validator, decode_line, decode_text, json_value, loads,
+from kpurgatory.conformance.traces.codec import (ANSWERED, Fractional, Header, TraceFormatError,
+                                                 answer_validator, collector_paused, command_validator,
+                                                 decode_line, decode_text, event_kinds, json_value, loads,
                                                  model_trace, no_constant, shape_validator, step_line,
                                                  step_line_shape, validate, validator)
 from kpurgatory.conformance.traces.replay import replay, scenarios
@@ -110,6 +112,38 @@ def test_validation_says_what_the_commands_schema_says(line):
     except ValueError as error:
         ours = str(error)
     assert ours == (before if before is None or not before.startswith("data.") else before.replace("data.", "", 1))
+
+
+@st.composite
+def batch_answers(draw) -> dict:
+    """A batch's answer: a step line's result and events (edited as `step_lines` edits them), now and then with a
+    key of the other answers (failure, hung, skipped) or another key, or without one of its own."""
+    line = draw(step_lines())
+    answer = {key: line[key] for key in ANSWERED if key in line}
+    for _ in range(draw(st.integers(0, 2))):
+        edit = draw(st.sampled_from(["add", "drop"]))
+        if edit == "add":
+            answer[draw(st.sampled_from(["failure", "hung", "skipped", "error", "extra"]))] = draw(EDGES | JSON)
+        elif answer:
+            del answer[draw(st.sampled_from(sorted(answer)))]
+    return answer
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(batch_answers())
+def test_a_plain_answers_schema_accepts_exactly_what_the_whole_schema_accepts(answer):
+    whole = message(validator("batch_answer"), answer)
+    plain = answer.keys() == ANSWERED and (kinds := event_kinds(answer["events"])) is not None
+    event("plain" if plain else "not plain")
+    event("accepted" if whole is None else "rejected")
+    if plain:
+        assert (message(answer_validator(kinds), answer) is None) == (whole is None)
+    try:
+        validate("batch_answer", answer)
+        ours = None
+    except ValueError as error:
+        ours = str(error)
+    assert ours == (whole if whole is None or not whole.startswith("data.") else whole.replace("data.", "", 1))
 
 
 @settings(max_examples=30, deadline=None)

@@ -43,8 +43,8 @@ public interface Era {
 
         int size();
 
-        /** How often the calling thread read {@link #size} since its last advance (whether a purge check fired). */
-        int sizeReadsSinceAdvance();
+        /** Whether the calling thread's purge check fired, and what the purgatory watched before its purge. */
+        PurgeCheck purgeCheck();
 
         /** Kafka's Timer.add for a task of {@link Era#task}. */
         void schedule(Operations.Scheduled task);

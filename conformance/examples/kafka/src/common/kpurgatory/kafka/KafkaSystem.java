@@ -49,6 +49,7 @@ final class KafkaSystem {
         timer = era.timer(integer(params, "tick_ms"), Math.toIntExact(integer(params, "wheel_size")),
             integer(params, "start_ms"));
         purgatory = profile.equals("purgatory") ? era.purgatory(timer, purgeInterval) : null;
+        if (purgatory != null) timer.purgeCheck().watch(purgatory::watched);
     }
 
     /** Runs one command in the calling thread, within a begun {@link Call}, which collects the events it caused. */
@@ -151,11 +152,11 @@ final class KafkaSystem {
 
     /**
      * Sets the virtual clock, then, for the purgatory, calls the reaper's loop body (Kafka's private advanceClock:
-     * drain the timer, then the purge check). The purge leaves no trace but its effects. Whether it fired: the check
-     * reads numDelayed once, and once more to reset the estimate when it fires (the timer counts this thread's
-     * reads). How many entries it removed: the drop in watched around the call, exact when no other command runs
-     * meanwhile; under the concurrent feature, other threads' watches and checks blur it (the concurrent check does
-     * not use purge counts), so it is then a lower estimate, never negative.
+     * drain the timer, then the purge check). The purge leaves no trace but its effects. Whether it fired, and what
+     * the purgatory watched just before it: {@link PurgeCheck}. How many entries it removed: the drop in watched
+     * across the purge, exact when no other command runs meanwhile; under the concurrent feature, other threads'
+     * watches and checks blur it (the concurrent check does not use purge counts), so it is then a lower estimate,
+     * never negative.
      */
     private Object advance(long toMs) throws Exception {
         timer.setNow(toMs);
@@ -163,10 +164,10 @@ final class KafkaSystem {
             timer.advance();
             return null;
         }
-        int watchedBefore = purgatory.watched();
         purgatory.advanceClock();
-        if (timer.sizeReadsSinceAdvance() > 1)
-            Call.record("purge", "count", (long) Math.max(0, watchedBefore - purgatory.watched()));
+        PurgeCheck check = timer.purgeCheck();
+        if (check.fired())
+            Call.record("purge", "count", (long) Math.max(0, check.watchedBeforePurge() - purgatory.watched()));
         return null;
     }
 

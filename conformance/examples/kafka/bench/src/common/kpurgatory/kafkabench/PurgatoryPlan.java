@@ -105,7 +105,7 @@ final class PurgatoryPlan extends Plan {
         @Override
         void advance(int toMs) throws Throwable {
             purgatory.advanceClock();
-            if (timer.sizeReadsSinceAdvance() > 1) purges++;  // the purge re-reads the timer's size to reset its estimate
+            if (timer.purgeCheck().fired()) purges++;
         }
 
         @Override

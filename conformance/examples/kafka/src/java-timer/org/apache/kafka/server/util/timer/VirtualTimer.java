@@ -4,6 +4,7 @@ import kpurgatory.kafka.Era;
 import kpurgatory.kafka.Hang;
 import kpurgatory.kafka.Internals;
 import kpurgatory.kafka.Operations;
+import kpurgatory.kafka.PurgeCheck;
 
 import java.lang.invoke.MethodHandle;
 import java.lang.invoke.MethodHandles;
@@ -42,8 +43,7 @@ public final class VirtualTimer implements Timer, Era.Clock {
     private final TimingWheel timingWheel;
     private final ReentrantReadWriteLock lock = new ReentrantReadWriteLock();
     private final AtomicLong nowMs;
-    /** Per thread: how often it read {@link #size} since its last {@link #advanceClock}. */
-    private final ThreadLocal<int[]> sizeReads = ThreadLocal.withInitial(() -> new int[1]);
+    private final PurgeCheck purgeCheck = new PurgeCheck();
     /** Tasks this thread handed to the "executor", to run before its call returns. */
     private final ThreadLocal<ArrayDeque<TimerTask>> handedOver = ThreadLocal.withInitial(ArrayDeque::new);
 
@@ -105,24 +105,19 @@ public final class VirtualTimer implements Timer, Era.Clock {
             lock.writeLock().unlock();
         }
         runHandedOver();
-        sizeReads.get()[0] = 0;
+        purgeCheck.advanced();
         return released;
     }
 
     @Override
     public int size() {
-        sizeReads.get()[0]++;
+        purgeCheck.sizeRead();
         return taskCounter.get();
     }
 
-    /**
-     * How often the calling thread read {@link #size} since its last {@link #advanceClock} returned. The purgatory's
-     * purge check reads it once after advancing the timer, and once more when the purge fires (to reset its
-     * estimate), so this tells whether this thread's purge check fired, whatever other threads do meanwhile.
-     */
     @Override
-    public int sizeReadsSinceAdvance() {
-        return sizeReads.get()[0];
+    public PurgeCheck purgeCheck() {
+        return purgeCheck;
     }
 
     /** No executor to stop: pending tasks are simply dropped with the timer. */
