@@ -22,6 +22,8 @@ from kpurgatory.conformance.spark.cluster import standalone, stop_tree
 pytestmark = pytest.mark.spark
 
 CONFORMANCE = Path(__file__).parents[1] / "conformance"
+sys.path.insert(0, str(CONFORMANCE))  # test_matrix.py: the outputs a run is judged by, and the hostile system
+from test_matrix import outputs  # noqa: E402
 KPURGATORY = "from kpurgatory.conformance.cli import main; main()"
 STDIO = f"env PYTHONPATH={CONFORMANCE} {sys.executable} -m kpurgatory.conformance.adapters.stdio"
 SYSTEMS = ["--impl", "ok=kpurgatory.conformance.adapters.builtin:factory",
@@ -44,22 +46,6 @@ def serially(out: Path) -> int:
     pytest's process has been seen to shrink a finding to another counterexample)."""
     return subprocess.run([sys.executable, "-c", KPURGATORY, "matrix", *SYSTEMS, "--out", str(out)],
                           capture_output=True, timeout=600).returncode
-
-
-def outputs(out: Path) -> dict:
-    """What a matrix run wrote, but for its timings and environment: the data, and every other file but the page
-    (which shows the timings), byte for byte."""
-    data = json.loads((out / "matrix.json").read_text())
-    for key in ("environment", "command"):
-        del data[key]
-    del data["totals"]["seconds"]
-    for row in data["rows"]:
-        del row["seconds"], row["date"]
-        for result in row["cells"].values():
-            del result["seconds"]
-    files = {path.relative_to(out).as_posix(): path.read_bytes() for path in sorted(out.rglob("*"))
-             if path.is_file() and path.name not in ("matrix.json", "index.html")}
-    return {"data": data, "files": files}
 
 
 def verdicts(found: dict) -> dict:
