@@ -1,7 +1,7 @@
 """The `kpurgatory` command line.
 
 Subcommands live next to the code they drive and are imported only when invoked, so `kpurgatory replay` does not
-pay for z3 or PySpark. Register a subcommand by adding "name": "module:attribute" to SUBCOMMANDS.
+pay for z3 or PySpark. Register a subcommand by adding "name": "module:attribute" to its section of SECTIONS.
 
 Every command exits with one of `EXIT_CODES`; `LazyGroup.main` makes that true of the ways out a command does not
 choose itself: a usage error, an interruption (SIGINT or SIGTERM, turned into an orderly exit so that adapters and
@@ -26,28 +26,41 @@ EXIT_CODES = {0: "pass", 1: "the implementation failed (a divergence, a broken c
                  "a bug in kpurgatory)"}
 EXIT_CODES_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + "."
 
-SUBCOMMANDS: dict[str, str] = {
-    "bench": "kpurgatory.conformance.tools.bench:bench_command",
-    "check": "kpurgatory.conformance.check.sequential:check_command",
-    "check-bench": "kpurgatory.conformance.tools.check_bench:check_bench_command",
-    "check-history": "kpurgatory.conformance.check.concurrent:check_history_command",
-    "matrix": "kpurgatory.conformance.tools.matrix:matrix_command",
-    "mutants": "kpurgatory.conformance.tools.mutants:mutants_command",
-    "replay": "kpurgatory.conformance.traces.replay:replay_command",
-    "replay-bench": "kpurgatory.conformance.traces.replay_bench:replay_bench_command",
-    "scenarios": "kpurgatory.conformance.traces.replay:scenarios_command",
-    "simulate": "kpurgatory.conformance.tools.simulate:simulate_command",
-    "view": "kpurgatory.conformance.traces.view:view_command",
-    "view-bench": "kpurgatory.conformance.traces.view_bench:view_bench_command",
-    "validate-traces": "kpurgatory.conformance.spark.validate:validate_command",
-    "vectors": "kpurgatory.conformance.tools.vectors:vectors_command",
-    "record": "kpurgatory.conformance.spark.record:record_command",
-    "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",
-    "spark-bench": "kpurgatory.conformance.spark.bench:bench_command",
-    "prove": "kpurgatory.specs.cli:prove_command",
-    "record-broker": "kpurgatory.conformance.live.command:record_broker_command",
-    "judge-recording": "kpurgatory.conformance.live.judge:judge_recording_command",
+#: the subcommands by task, as ``kpurgatory --help`` lists them: a user's path first, then what makes traces and
+#: vectors, the live broker and Spark, the suite's own checks, the benchmarks
+SECTIONS: dict[str, dict[str, str]] = {
+    "Check an implementation": {
+        "check": "kpurgatory.conformance.check.sequential:check_command",
+        "scenarios": "kpurgatory.conformance.traces.replay:scenarios_command",
+        "replay": "kpurgatory.conformance.traces.replay:replay_command",
+        "view": "kpurgatory.conformance.traces.view:view_command",
+        "check-history": "kpurgatory.conformance.check.concurrent:check_history_command",
+        "matrix": "kpurgatory.conformance.tools.matrix:matrix_command",
+    },
+    "Traces and vectors": {
+        "vectors": "kpurgatory.conformance.tools.vectors:vectors_command",
+        "record": "kpurgatory.conformance.spark.record:record_command",
+        "simulate": "kpurgatory.conformance.tools.simulate:simulate_command",
+        "validate-traces": "kpurgatory.conformance.spark.validate:validate_command",
+        "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",
+    },
+    "A live broker": {
+        "record-broker": "kpurgatory.conformance.live.command:record_broker_command",
+        "judge-recording": "kpurgatory.conformance.live.judge:judge_recording_command",
+    },
+    "The suite's own checks": {
+        "mutants": "kpurgatory.conformance.tools.mutants:mutants_command",
+        "prove": "kpurgatory.specs.cli:prove_command",
+    },
+    "Benchmarks": {
+        "bench": "kpurgatory.conformance.tools.bench:bench_command",
+        "check-bench": "kpurgatory.conformance.tools.check_bench:check_bench_command",
+        "replay-bench": "kpurgatory.conformance.traces.replay_bench:replay_bench_command",
+        "view-bench": "kpurgatory.conformance.traces.view_bench:view_bench_command",
+        "spark-bench": "kpurgatory.conformance.spark.bench:bench_command",
+    },
 }
+SUBCOMMANDS: dict[str, str] = {name: target for commands in SECTIONS.values() for name, target in commands.items()}
 
 
 class Unwritable(click.ClickException):
@@ -101,7 +114,15 @@ class LazyGroup(click.Group):
         sys.exit(code if isinstance(code, int) else 0)
 
     def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted(SUBCOMMANDS)
+        return list(SUBCOMMANDS)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The commands by section (`SECTIONS`), each with its one-sentence summary, names aligned across sections."""
+        width = max(map(len, SUBCOMMANDS))
+        for section, commands in SECTIONS.items():
+            with formatter.section(section):
+                formatter.write_dl([(name.ljust(width), self.get_command(ctx, name).get_short_help_str())
+                                    for name in commands])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
         target = SUBCOMMANDS.get(cmd_name)
