@@ -2,8 +2,10 @@
 that a command run here would write (the matrix's data and page, traces, READMEs' examples). A command that writes
 a committed output writes relative or symbolic names; this reads every text file git tracks."""
 
+import getpass
 import re
 import subprocess
+import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -12,8 +14,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def machine_paths(root: Path) -> re.Pattern:
     """This machine's names as a written path would carry them: the checkout ``root``, the home directory (whose
     Maven repository and caches commands resolve into) and pytest's temporary folders."""
-    names = sorted({str(root), str(Path.home())} - {"/"}, key=len, reverse=True)
-    return re.compile("|".join([*(re.escape(name) + r"(?=/)" for name in names), r"/tmp/pytest-of-"]))
+    names = sorted({str(root), str(Path.home()), str(Path(tempfile.gettempdir()) / f"pytest-of-{getpass.getuser()}")}
+                   - {"/"}, key=len, reverse=True)
+    return re.compile("|".join(re.escape(name) + r"(?=/)" for name in names))
 
 
 def machine_names(paths: list[Path], root: Path = ROOT) -> list[str]:

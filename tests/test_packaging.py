@@ -1,5 +1,6 @@
 """Installs: a plain (non-editable) install gives working imports under kpurgatory and claims no generic top-level
-names, and a seed fixes a check's run whatever the install (editable or not) and the working directory.
+names, and a seed fixes a check's run and the vector tree whatever the install (editable or not) and the working
+directory.
 
 The venvs made here see the packages of the environment running the tests, never the base interpreter's: the
 README's test command runs inside a virtualenv, whose base interpreter may lack every dependency."""
@@ -60,22 +61,33 @@ def test_wheel_installs_only_the_kpurgatory_namespace(wheel, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_seed_gives_the_same_run_in_an_editable_and_a_regular_install(wheel, tmp_path):
-    """The same `kpurgatory check --seed` in two installs and two working directories: the same examples, steps and
-    distinct states, and nothing written to the working directory."""
-    runs = []
+def test_a_seed_gives_the_same_outputs_in_an_editable_and_a_regular_install(wheel, tmp_path):
+    """The same `kpurgatory check --seed` and `kpurgatory vectors --seed` in two installs and two working
+    directories: the same examples, steps and distinct states, the same vector tree byte for byte, and nothing
+    written to the working directory."""
+    runs, trees = [], []
     for name, install in (("editable", ["-e", str(ROOT)]), ("regular", [str(wheel)])):
         venv = tmp_path / name
         python = venv_with_our_dependencies(venv)
         subprocess.run([python, "-m", "pip", "install", "-q", "--no-deps", *install], check=True)
         where = tmp_path / f"cwd-{name}"
         where.mkdir()
-        run = subprocess.run([venv / "bin" / "kpurgatory", "check", "--profile", "timer", "--seed", "5", "--examples",
-                              "60", "--out", str(tmp_path / "out")], capture_output=True, text=True, cwd=where,
-                             env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
-        assert run.returncode == 0, run.stdout + run.stderr
+
+        def kpurgatory(*args: str) -> subprocess.CompletedProcess:
+            done = subprocess.run([venv / "bin" / "kpurgatory", *args], capture_output=True, text=True, cwd=where,
+                                  env={"PATH": "/usr/bin:/bin", "COLUMNS": "200"})
+            assert done.returncode == 0, done.stdout + done.stderr
+            return done
+
+        run = kpurgatory("check", "--profile", "timer", "--seed", "5", "--examples", "60",
+                         "--out", str(tmp_path / "out"))
         row = re.search(r"timer\s*│\s*pass\s*│\s*(\d+)\s*│\s*(\d+)\s*│\s*(\d+)", run.stdout)
         assert row, run.stdout
         runs.append(row.groups())
+        tree = tmp_path / f"vectors-{name}"
+        kpurgatory("vectors", str(tree), "--quick", "--seed", "0")
+        trees.append({path.relative_to(tree).as_posix(): path.read_bytes() for path in sorted(tree.rglob("*"))
+                      if path.is_file()})
         assert list(where.iterdir()) == []  # no .hypothesis/ or anything else
     assert runs[0] == runs[1], runs
+    assert trees[0] == trees[1] and len(trees[0]) > 50

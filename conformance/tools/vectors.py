@@ -7,7 +7,7 @@ watch its deadline and the firing window of each declarable firing semantics, so
 without the model. Four kinds:
 
   scenarios  the bundled corpus (conformance/scenarios/) replayed through the model;
-  coverage   from a seeded pool of runs the check's strategies draw, greedily, per coverage item no case chosen so
+  coverage   from a seeded pool of runs drawn as the check draws them, greedily, per coverage item no case chosen so
              far reaches, the run reaching it soonest, cut there and shrunk, then observed (size, shutdown);
   findings   per Kafka finding, the pool's run reaching its input class soonest (Kafka's own timer shadowed),
              shrunk, ending at that step;
@@ -18,12 +18,10 @@ The same seed gives the same bytes: cases in a fixed order, JSON with a fixed ke
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import hashlib
 import importlib.resources
 import json
-import random
 import re
 import shutil
 import time
@@ -33,11 +31,10 @@ from typing import Callable, Iterable
 import attrs
 import click
 import fastjsonschema
-from hypothesis import HealthCheck, Phase, find, settings
-from hypothesis.errors import NoSuchExample
 
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.check import strategies
+from kpurgatory.conformance.check.choices import SeededChoices
 from kpurgatory.conformance.check.compare import exact_difference
 from kpurgatory.conformance.check.coverage import ITEMS, Before, Coverage
 from kpurgatory.conformance.check.findings import FINDINGS, KafkaShadow
@@ -164,19 +161,14 @@ Runs = list[tuple[v.Params, list[v.Command]]]
 
 
 def pool(profile: str, seed: str, examples: int) -> Runs:
-    """``examples`` runs drawn by the check's strategies, seeded: timer runs with read-outs (a finding is about
-    them; shrinking drops those a case does not need), purgatory runs without. Hypothesis only generates: every run
-    is rejected, so it never shrinks (its shrinker stops on a clock, which would make the tree depend on the
-    machine's speed). Its settings start from its defaults, not from the profile loaded (a test suite's derandomised
-    one would ignore the seed)."""
-    drawn: list = []
+    """``examples`` runs drawn by the check's drawing functions, run N from a generator seeded with ``seed`` and N
+    (`SeededChoices`, as ``check`` draws its runs): timer runs with read-outs (a finding is about them; shrinking
+    drops those a case does not need), purgatory runs without. Nothing else steers them, so a seed gives the same
+    runs however kpurgatory is installed (Hypothesis's generation would add constants from the source files it
+    finds in an editable checkout)."""
     unsupported = frozenset() if profile == "timer" else NO_READ_OUTS
-    with contextlib.suppress(NoSuchExample):
-        find(strategies.runs(profile, unsupported=unsupported), lambda run: drawn.append(run[1:]) and False,
-             random=random.Random(seed),
-             settings=settings(settings.get_profile("default"), database=None, max_examples=examples, deadline=None,
-                               derandomize=False, phases=(Phase.generate,), suppress_health_check=list(HealthCheck)))
-    return drawn
+    return [strategies.draw_run(SeededChoices(f"{seed}/{index}"), profile, unsupported)[1:]
+            for index in range(examples)]
 
 
 #: runs that reach a Kafka finding's input class the pool rarely draws: the reaper's re-insertion livelock (a far
