@@ -26,8 +26,8 @@ EXIT_CODES = {0: "pass", 1: "the implementation failed (a divergence, a broken c
                  "a bug in kpurgatory)"}
 EXIT_CODES_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + "."
 
-#: the subcommands by task, as ``kpurgatory --help`` lists them: a user's path first, then what makes traces and
-#: vectors, the live broker and Spark, the suite's own checks, the benchmarks
+#: the subcommands by task, as ``kpurgatory --help`` lists them: a user's path first, then what makes and judges
+#: traces and vectors (on Spark too), a live broker's recording, the suite's own checks, the benchmarks
 SECTIONS: dict[str, dict[str, str]] = {
     "Check an implementation": {
         "check": "kpurgatory.conformance.check.sequential:check_command",
