@@ -15,6 +15,7 @@ import signal
 import sys
 import threading
 import traceback
+from typing import NamedTuple
 
 import click
 
@@ -26,41 +27,69 @@ EXIT_CODES = {0: "pass", 1: "the implementation failed (a divergence, a broken c
                  "a bug in kpurgatory)"}
 EXIT_CODES_HELP = "Exit codes: " + "; ".join(f"{code} {meaning}" for code, meaning in EXIT_CODES.items()) + "."
 
+
+class Subcommand(NamedTuple):
+    #: "module:attribute" of its click command, imported when it is invoked
+    target: str
+    #: one sentence: what ``kpurgatory --help`` says of it, without importing it (nor an optional dependency of it)
+    summary: str
+
+
 #: the subcommands by task, as ``kpurgatory --help`` lists them: a user's path first, then what makes and judges
 #: traces and vectors (on Spark too), a live broker's recording, the suite's own checks, the benchmarks
-SECTIONS: dict[str, dict[str, str]] = {
+SECTIONS: dict[str, dict[str, Subcommand]] = {
     "Check an implementation": {
-        "check": "kpurgatory.conformance.check.sequential:check_command",
-        "scenarios": "kpurgatory.conformance.traces.replay:scenarios_command",
-        "replay": "kpurgatory.conformance.traces.replay:replay_command",
-        "view": "kpurgatory.conformance.traces.view:view_command",
-        "check-history": "kpurgatory.conformance.check.concurrent:check_history_command",
-        "matrix": "kpurgatory.conformance.tools.matrix:matrix_command",
+        "check": Subcommand("kpurgatory.conformance.check.sequential:check_command",
+                            "Check an implementation against the model, runs generated."),
+        "scenarios": Subcommand("kpurgatory.conformance.traces.replay:scenarios_command",
+                                "Replay Kafka's unit tests and the release rules' scenarios."),
+        "replay": Subcommand("kpurgatory.conformance.traces.replay:replay_command",
+                             "Replay traces against the model and a system: a verdict."),
+        "view": Subcommand("kpurgatory.conformance.traces.view:view_command",
+                           "Write one HTML page that shows traces, step by step."),
+        "check-history": Subcommand("kpurgatory.conformance.check.concurrent:check_history_command",
+                                    "Check concurrent histories against concurrency properties."),
+        "matrix": Subcommand("kpurgatory.conformance.tools.matrix:matrix_command",
+                             "Every check against every covered Kafka release: a table."),
     },
     "Traces and vectors": {
-        "vectors": "kpurgatory.conformance.tools.vectors:vectors_command",
-        "record": "kpurgatory.conformance.spark.record:record_command",
-        "simulate": "kpurgatory.conformance.tools.simulate:simulate_command",
-        "validate-traces": "kpurgatory.conformance.spark.validate:validate_command",
-        "campaign": "kpurgatory.conformance.spark.campaign:campaign_command",
+        "vectors": Subcommand("kpurgatory.conformance.tools.vectors:vectors_command",
+                              "Write the test vectors every language's driver runs."),
+        "record": Subcommand("kpurgatory.conformance.spark.record:record_command",
+                             "Record seeded runs of an implementation as traces."),
+        "simulate": Subcommand("kpurgatory.conformance.tools.simulate:simulate_command",
+                               "Simulate a broker cluster's delayed operations on impl/."),
+        "validate-traces": Subcommand("kpurgatory.conformance.spark.validate:validate_command",
+                                      "Replay traces (JSON Lines, Parquet) on Spark."),
+        "campaign": Subcommand("kpurgatory.conformance.spark.campaign:campaign_command",
+                               "Check an implementation from many seeds on Spark."),
     },
     "A live broker": {
-        "record-broker": "kpurgatory.conformance.live.command:record_broker_command",
-        "judge-recording": "kpurgatory.conformance.live.judge:judge_recording_command",
+        "record-broker": Subcommand("kpurgatory.conformance.live.command:record_broker_command",
+                                    "Record a Kafka broker's purgatories under load; judge them."),
+        "judge-recording": Subcommand("kpurgatory.conformance.live.judge:judge_recording_command",
+                                      "Judge a live broker recording on Spark."),
     },
     "The suite's own checks": {
-        "mutants": "kpurgatory.conformance.tools.mutants:mutants_command",
-        "prove": "kpurgatory.specs.cli:prove_command",
+        "mutants": Subcommand("kpurgatory.conformance.tools.mutants:mutants_command",
+                              "The suite's power: which seeded bugs each check catches."),
+        "prove": Subcommand("kpurgatory.specs.cli:prove_command",
+                            "Run the z3 obligations of specs/ and report each result."),
     },
     "Benchmarks": {
-        "bench": "kpurgatory.conformance.tools.bench:bench_command",
-        "check-bench": "kpurgatory.conformance.tools.check_bench:check_bench_command",
-        "replay-bench": "kpurgatory.conformance.traces.replay_bench:replay_bench_command",
-        "view-bench": "kpurgatory.conformance.traces.view_bench:view_bench_command",
-        "spark-bench": "kpurgatory.conformance.spark.bench:bench_command",
+        "bench": Subcommand("kpurgatory.conformance.tools.bench:bench_command",
+                            "Benchmark impl/ against heapq, asyncio and Kafka's classes."),
+        "check-bench": Subcommand("kpurgatory.conformance.tools.check_bench:check_bench_command",
+                                  "The check's steps per CPU-second through each way in."),
+        "replay-bench": Subcommand("kpurgatory.conformance.traces.replay_bench:replay_bench_command",
+                                   "Time each stage of replaying traces, per step."),
+        "view-bench": Subcommand("kpurgatory.conformance.traces.view_bench:view_bench_command",
+                                 "Measure the page of a large concurrent history."),
+        "spark-bench": Subcommand("kpurgatory.conformance.spark.bench:bench_command",
+                                  "Events per second of validate-traces on Spark."),
     },
 }
-SUBCOMMANDS: dict[str, str] = {name: target for commands in SECTIONS.values() for name, target in commands.items()}
+SUBCOMMANDS: dict[str, Subcommand] = {name: sub for commands in SECTIONS.values() for name, sub in commands.items()}
 
 
 class Unwritable(click.ClickException):
@@ -73,6 +102,16 @@ class Unwritable(click.ClickException):
         if isinstance(error, OSError) and error.filename and str(error.filename) != str(what):
             reason = f"{error.filename}: {reason}"  # a folder on the way
         super().__init__(f"cannot write {safe(what)}: {safe(reason)}")
+
+
+class MissingDependency(click.ClickException):
+    """A command whose optional dependency is not installed: one line saying what to install, exit 3."""
+
+    exit_code = 3
+
+    def __init__(self, command: str, module: str):
+        super().__init__(f"kpurgatory {command} needs {module}, which is not installed: "
+                         f"pip install 'kpurgatory[all]' (or the extra that has it, pyproject.toml)")
 
 
 class Interrupted(BaseException):
@@ -117,19 +156,25 @@ class LazyGroup(click.Group):
         return list(SUBCOMMANDS)
 
     def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        """The commands by section (`SECTIONS`), each with its one-sentence summary, names aligned across sections."""
+        """The commands by section (`SECTIONS`), each with its one-sentence summary, names aligned across sections;
+        nothing is imported, so the list shows whatever extras are installed."""
         width = max(map(len, SUBCOMMANDS))
         for section, commands in SECTIONS.items():
             with formatter.section(section):
-                formatter.write_dl([(name.ljust(width), self.get_command(ctx, name).get_short_help_str())
-                                    for name in commands])
+                formatter.write_dl([(name.ljust(width), sub.summary) for name, sub in commands.items()])
 
     def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = SUBCOMMANDS.get(cmd_name)
-        if target is None:
+        sub = SUBCOMMANDS.get(cmd_name)
+        if sub is None:
             return None
-        module_name, attribute = target.split(":")
-        command = getattr(importlib.import_module(module_name), attribute)
+        module_name, attribute = sub.target.split(":")
+        try:
+            module = importlib.import_module(module_name)
+        except ModuleNotFoundError as error:
+            if (error.name or "kpurgatory").partition(".")[0] == "kpurgatory":
+                raise  # a bug of kpurgatory's, not an extra left out
+            raise MissingDependency(cmd_name, error.name) from None
+        command = getattr(module, attribute)
         command.epilog = EXIT_CODES_HELP
         return command
 

@@ -201,7 +201,7 @@ def report_console() -> Console:
     return console
 
 
-@click.command("prove", short_help="Run the z3 obligations of specs/ and report each result.")
+@click.command("prove")
 @click.option("--json", "as_json_flag", is_flag=True, help="Print the results as JSON instead of a table.")
 @click.option("--out", "out", type=click.Path(file_okay=False, path_type=Path),
               help="Where refutation traces are written (one JSON Lines file per trace) [default: a new temporary "

@@ -1339,7 +1339,7 @@ def failure_text(result: ConcurrentResult) -> str:
     return text or result.aborted or "failed"
 
 
-@click.command("check-history", short_help="Check concurrent histories against concurrency properties.")
+@click.command("check-history")
 @click.argument("histories", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--all-steps", is_flag=True, help="Show every step of a failing history.")
 def check_history_command(histories, all_steps):

@@ -680,7 +680,7 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
         sys.exit(3)
 
 
-@click.command("check", short_help="Check an implementation against the model, runs generated.")
+@click.command("check")
 @with_kafka_option
 @with_target_options
 @click.option("--profile", type=click.Choice(v.PROFILES), help="Check one profile [default: every profile the "

@@ -131,7 +131,7 @@ def record(version: str, out: Path, seconds: int, agent: bool, fault: str | None
     return json.loads(summary.read_text()) if summary.is_file() else json.loads(stdout.strip().splitlines()[-1])
 
 
-@click.command("record-broker", short_help="Record a Kafka broker's purgatories under load; judge them.")
+@click.command("record-broker")
 @click.option("--kafka", "version", default="3.9.1", show_default=True,
               help="The Apache Kafka release whose broker is recorded (resolved from Maven Central).")
 @click.option("--seconds", type=click.IntRange(1), default=300, show_default=True, help="How long the load runs.")

@@ -200,7 +200,7 @@ def allowance_options(command):
                         help="Calls of a purgatory per judged window.")(command)
 
 
-@click.command("judge-recording", short_help="Judge a live broker recording on Spark.")
+@click.command("judge-recording")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="Where histories, verdicts and the report go [default: FOLDER/judged].")

@@ -220,7 +220,7 @@ def names(option: str, value: str, known) -> list[str]:
     return chosen
 
 
-@click.command("spark-bench", short_help="Events per second of validate-traces on Spark.")
+@click.command("spark-bench")
 @click.option("--events", type=click.IntRange(min=1000), default=2_000_000, show_default=True)
 @click.option("--steps", type=click.IntRange(min=1), default=100, show_default=True, help="Commands per trace.")
 @click.option("--corpus", "folder", type=click.Path(file_okay=False, path_type=Path),

@@ -53,7 +53,7 @@ def run_checks(pairs: Iterable[tuple[str, int]], *, impl: str | None, adapter: s
         yield outcome
 
 
-@click.command("campaign", short_help="Check an implementation from many seeds on Spark.")
+@click.command("campaign")
 @click.option("--impl", metavar="MODULE:FACTORY", help=f"The in-process system under test [default: {BUILTIN}].")
 @click.option("--adapter", metavar="COMMAND", help="A subprocess speaking specs/protocol.md instead.")
 @click.option("--timeout", type=float, default=10.0, show_default=True,

@@ -91,7 +91,7 @@ def recording(session, seeds: range, *, impl: str | None, adapter: str | None = 
     return rows, broken
 
 
-@click.command("record", short_help="Record seeded runs of an implementation as traces.")
+@click.command("record")
 @click.option("--impl", metavar="MODULE:FACTORY|model", default=BUILTIN, show_default=True,
               help="The in-process system to record, or `model` for the model's own observations.")
 @click.option("--adapter", metavar="COMMAND", help="Record a subprocess speaking specs/protocol.md instead.")

@@ -567,7 +567,7 @@ def summary_tables(summary: Summary) -> list[Table]:
     return tables
 
 
-@click.command("validate-traces", short_help="Replay traces (JSON Lines, Parquet) on Spark.")
+@click.command("validate-traces")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out/validate"),
               show_default=True, help="Folder for verdicts, quarantine, failing traces and the summary.")

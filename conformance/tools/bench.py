@@ -635,7 +635,7 @@ def profile_impl(name: str, workload: str, plan: object, console: Console) -> No
     console.print(out.getvalue().split("\n", 4)[-1].rstrip())
 
 
-@click.command("bench", short_help="Benchmark impl/ against heapq, asyncio and Kafka's classes.")
+@click.command("bench")
 @click.option("--scale", type=click.FloatRange(min=0.0001, max=10), default=1.0, show_default=True,
               help="Multiply the workloads' task/op counts (not their delays); e.g. 0.01 for a smoke run. The "
                    f"targets are judged only at {JUDGED_SCALE:g} or more.")

@@ -101,7 +101,7 @@ def ways(kafka: str | None, build_dir: Path) -> list[Way]:
     return found
 
 
-@click.command("check-bench", short_help="The check's steps per CPU-second through each way in.")
+@click.command("check-bench")
 @click.option("--kafka", metavar="VERSION", help="Also through this Kafka release's classes (resolved as check "
                                                  "--kafka does).")
 @click.option("--examples", type=click.IntRange(1), default=200, show_default=True, help="Runs per profile.")

@@ -1080,7 +1080,7 @@ VERDICT_STYLE = {"pass": "green", "finding": "yellow", "failure": "bold red", "b
                  "skipped": "dim"}
 
 
-@click.command("matrix", short_help="Every check against every covered Kafka release: a table.")
+@click.command("matrix")
 @click.option("--releases", metavar="V1,V2,...", help="Kafka releases to run [default: every covered release, "
                                                        "unless --adapter or --impl is given].")
 @click.option("--adapter", "adapters", multiple=True, metavar="NAME=COMMAND",

@@ -698,7 +698,7 @@ def parse_modes(_context, _parameter, value: str) -> tuple[str, ...]:
     return tuple(mode for mode in MODES if mode in modes)
 
 
-@click.command("mutants", short_help="The suite's power: which seeded bugs each check catches.")
+@click.command("mutants")
 @click.option("--only", multiple=True, metavar="ID", help="Check only these mutants (repeatable).")
 @click.option("--modes", default=",".join(MODES), show_default=True, callback=parse_modes,
               help="The checks to run each mutant through: exact and contract (the sequential check at that "

@@ -326,7 +326,7 @@ def write_seed_scenarios(out: Path) -> list[Path]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-@click.command("simulate", short_help="Simulate a broker cluster's delayed operations on impl/.")
+@click.command("simulate")
 @click.option("--scenario", type=click.Choice([*SCENARIOS, "seed"]), default="mixed", show_default=True,
               help="Which traffic: one operation type, all of them, or the seed walkthroughs.")
 @click.option("--duration-ms", type=int, help="Virtual time to simulate [60000].")

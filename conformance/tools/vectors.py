@@ -332,7 +332,7 @@ def write_tree(out: Path, tree: Tree) -> int:
     return written + len(data)
 
 
-@click.command("vectors", short_help="Write the test vectors every language's driver runs.")
+@click.command("vectors")
 @click.argument("out", type=click.Path(path_type=Path))
 @click.option("--seed", type=int, default=0, show_default=True, help="Seed of the generated kinds.")
 @click.option("--profile", "profiles", multiple=True, type=click.Choice(v.PROFILES),

@@ -411,7 +411,7 @@ def run_replays(traces: list[Trace], impl, adapter, timeout, level, window) -> l
     return reports
 
 
-@click.command("replay", short_help="Replay traces against the model and a system: a verdict.")
+@click.command("replay")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @with_kafka_option
 @with_target_options
@@ -442,7 +442,7 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps, fail_on_fin
     sys.exit(max(report.failure_code if fail_on_findings else report.exit_code for report in reports))
 
 
-@click.command("scenarios", short_help="Replay Kafka's unit tests and the release rules' scenarios.")
+@click.command("scenarios")
 @with_kafka_option
 @with_target_options
 @click.option("--only", "only", multiple=True, metavar="ID", help="Run only these scenario ids (repeatable).")

@@ -127,7 +127,7 @@ def measure(paths: list[Path], rounds: int) -> tuple[int, dict[str, float]]:
     return steps, seconds
 
 
-@click.command("replay-bench", short_help="Time each stage of replaying traces, per step.")
+@click.command("replay-bench")
 @click.argument("traces", nargs=-1, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--duration-ms", type=click.IntRange(1000), default=20_000, show_default=True,
               help="Virtual time of the simulated mixed workload (when no TRACES are given).")

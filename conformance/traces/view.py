@@ -362,7 +362,7 @@ def view_failures(files: dict[Path, list[Trace]], reports: Iterable[ReplayReport
                        f"FILE.html` writes it elsewhere", err=True)
 
 
-@click.command("view", short_help="Write one HTML page that shows traces, step by step.")
+@click.command("view")
 @click.argument("traces", nargs=-1, required=True, type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=Path),
               help="The HTML file to write [default: the first TRACE with the suffix .html].")

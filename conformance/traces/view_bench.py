@@ -78,7 +78,7 @@ def measure(page_path: Path, runs: int) -> tuple[list[float], list[float], list[
     return rendered, zoomed_out, zoomed_in
 
 
-@click.command("view-bench", short_help="Measure the page of a large concurrent history.")
+@click.command("view-bench")
 @click.option("--calls", type=click.IntRange(100), default=100_000, show_default=True,
               help="Calls in the recorded history (about).")
 @click.option("--threads", type=click.IntRange(1, 64), default=4, show_default=True)
