@@ -82,14 +82,19 @@ def judged_runs(session: Session, seed: int, steps: int, examples: int, jobs: in
 WORKER: tuple[Session, int, int] | None = None
 
 
-def start_worker(session: Session, factory: Callable[[], SystemUnderTest], seed: int, steps: int) -> None:
-    """A worker process: a system of its own, and nothing of the parent's threads or adapters. Interruptions are
-    the parent's to handle: it stops the workers."""
-    global WORKER
+def fresh_worker() -> None:
+    """A forked worker process keeps nothing of the parent's threads or adapters, and leaves interruptions to the
+    parent, which stops the workers."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     timed.WATCHDOG = timed.Watchdog()  # the parent's watchdog thread is not in this process
     adapters.LIVE.clear()  # the parent's adapters are the parent's to stop
+
+
+def start_worker(session: Session, factory: Callable[[], SystemUnderTest], seed: int, steps: int) -> None:
+    """A worker process of a check (`fresh_worker`), with a system of its own."""
+    global WORKER
+    fresh_worker()
     system = factory()
     own = attrs.evolve(session, system=system, hello=system.hello(), on_example=None)
     own.known = {}

@@ -55,7 +55,6 @@ import platform
 import re
 import shlex
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -77,6 +76,7 @@ from kpurgatory.conformance.check.findings import FINDINGS, KafkaShadow, recogni
 from kpurgatory.conformance.check.concurrent import label, run_concurrent_check
 from kpurgatory.conformance.check.sequential import DEFAULT_MAX_FAILURES, DEFAULT_TIMEOUT_S, render, run_check, \
     time_limited
+from kpurgatory.conformance.check.workers import fresh_worker
 from kpurgatory.conformance.terminal import command_console, markup, safe
 from kpurgatory.conformance.traces.codec import Trace, TraceFormatError, read_traces, write_traces
 from kpurgatory.conformance.traces.replay import ReplayReport, replay, scenarios
@@ -635,17 +635,6 @@ class Processes(Runner):
         else:  # interrupted: the workers' adapters die with them (their keeper)
             self.pool.terminate()
         self.pool.join()
-
-
-def fresh_worker() -> None:
-    """A worker leaves interruptions to the parent, which stops the pool; the parent's time limits and adapters,
-    should it have had any, are not its own."""
-    from kpurgatory.conformance.adapters import subprocess as adapters, timed
-
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    timed.WATCHDOG = timed.Watchdog()
-    adapters.LIVE.clear()
 
 
 class OnSpark(Runner):
