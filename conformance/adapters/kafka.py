@@ -1,5 +1,5 @@
 """Apache Kafka's published releases as systems under test: ``--kafka VERSION`` resolves a release's jars from Maven
-Central and runs the adapter of conformance/examples/kafka over them, with no source build.
+Central and runs the adapter of conformance/kafka over them, with no source build.
 
 A release's classes belong to one of four API eras (the adapter has sources for each, README beside it):
 
@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.resources
 import os
 import re
 import shlex
@@ -35,9 +36,14 @@ import click
 
 from kpurgatory.model.releases import version_key
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "kafka"
-POM = EXAMPLE / "release-pom.xml"
-ADAPTER = EXAMPLE / "run.sh"
+#: the Kafka adapter's folder (README.md there), package data: a plain folder wherever pip installs the package, as it
+#: must be, since bash, javac and Maven read it and the adapter command names it to other processes (the matrix's
+#: workers), which a copy made for an `importlib.resources.as_file` block would not outlive
+ADAPTER_DIR = Path(importlib.resources.files("kpurgatory.conformance") / "kafka")
+POM = ADAPTER_DIR / "release-pom.xml"
+ADAPTER = ADAPTER_DIR / "run.sh"
+#: run.sh started through bash: an installer need not keep its exec bit
+RUN_ADAPTER = ["bash", str(ADAPTER)]
 MVN_TIMEOUT_S = 900
 
 #: every Kafka release on Maven Central with the hierarchical timing wheel (0.9.0.0 on): a version outside this list
@@ -162,7 +168,7 @@ def adapter_command(version: str) -> str:
     """The ``--adapter`` command that runs the adapter over the release, resolved and the adapter compiled for it
     (once, cached), so that no request waits for javac."""
     release = resolve(version)
-    command = [str(ADAPTER), "--era", release.era, "--kafka-version", release.version, release.classpath]
+    command = [*RUN_ADAPTER, "--era", release.era, "--kafka-version", release.version, release.classpath]
     if shutil.which("javac") is None:
         raise KafkaReleaseError(f"cannot run Kafka {version}: a JDK (javac) is not installed", 3)
     compiled = subprocess.run([*command[:-1], "--compile", command[-1]], capture_output=True, text=True)
@@ -175,7 +181,7 @@ def release_of(adapter: str) -> str | None:
     """The release an ``--adapter`` command runs, when it is one `adapter_command` made: a re-run line says
     ``--kafka VERSION`` then, not the classpath."""
     words = shlex.split(adapter)
-    if words[:1] == [str(ADAPTER)] and "--kafka-version" in words[:-1]:
+    if words[:2] == RUN_ADAPTER and "--kafka-version" in words[:-1]:
         return words[words.index("--kafka-version") + 1]
     return None
 

@@ -31,7 +31,7 @@ CPU time of one advance is reported.
 
 With ``--kafka VERSION`` the same plans also run through that Kafka release's own classes (TimingWheel and
 TimerTaskList under a virtual-clock timer built like SystemTimer; DelayedOperationPurgatory for P1) in a JVM beside
-this process (conformance/examples/kafka/bench): the plan is written once as a file both sides read, the JVM replays it
+this process (conformance/kafka/bench): the plan is written once as a file both sides read, the JVM replays it
 ``--kafka-warmup`` times untimed (the JIT's warm-up), then once per round after the others. It times itself (CPU time
 of its replaying thread plus the serial collector's pauses) and measures bytes per pending item from its heap after
 full collections, at the same peak as the tracemalloc pass. The row is ``kafka VERSION (JVM)``.
@@ -474,7 +474,7 @@ def measure_advance_cost(make_rig: Callable, background: int, window_ms: int, se
 # A Kafka release's own classes, in a JVM
 # ---------------------------------------------------------------------------------------------------------------
 
-KAFKA_DRIVER = Path(__file__).parents[1] / "examples" / "kafka" / "bench" / "run.sh"
+KAFKA_DRIVER = kafka.ADAPTER_DIR / "bench" / "run.sh"
 #: the API eras (conformance/adapters/kafka.py's names) the driver has sources for: those with the Java timer
 KAFKA_ERAS = ("java-purgatory", "scala-purgatory-java-timer")
 #: replays of the plan a Kafka driver runs, untimed, before its first timed round
@@ -497,7 +497,7 @@ def per_ms_lists(lists: list[list], end_ms: int) -> tuple[array, list]:
 
 
 def write_plan(plan: TimerPlan | PurgatoryPlan, path: Path) -> None:
-    """``plan`` as little-endian 32-bit integers, in the layout conformance/examples/kafka/bench's Plan.java reads."""
+    """``plan`` as little-endian 32-bit integers, in the layout conformance/kafka/bench's Plan.java reads."""
     if isinstance(plan, TimerPlan):
         ints = array("i", [1, TICK_MS, WHEEL_SIZE, plan.arrival_ms, plan.arrivals_per_ms, plan.end_ms,
                            len(plan.delays), *plan.delays])
@@ -524,7 +524,7 @@ class KafkaDriverBroke(click.ClickException):
 
 
 class KafkaDriver:
-    """A Kafka release's classes replaying one plan in a JVM (conformance/examples/kafka/bench, started through its
+    """A Kafka release's classes replaying one plan in a JVM (conformance/kafka/bench, started through its
     run.sh): the plan is written once and loaded, then every `run` is one replay on a fresh timer or purgatory, timed
     by the JVM itself (CPU time of the replaying thread plus the serial collector's pauses). The memory pass runs in a
     JVM of its own: its probes take paths through the replay loop that a timed replay never takes, and taking them in
@@ -541,8 +541,9 @@ class KafkaDriver:
         """A JVM with the plan loaded, its stderr (javac's errors, Kafka's stack traces: shown if it breaks), and what
         the load answered."""
         stderr = tempfile.TemporaryFile(dir=self.directory)
-        process = subprocess.Popen([str(KAFKA_DRIVER), "--era", self.era, self.classpath], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=stderr, text=True)
+        # through bash, as the adapter's run.sh: an installer need not keep the script's exec bit
+        process = subprocess.Popen(["bash", str(KAFKA_DRIVER), "--era", self.era, self.classpath],
+                                   stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, text=True)
         try:
             return process, stderr, self.request(f"load {self.directory / 'plan.bin'}", process, stderr)
         except BaseException:

@@ -1,4 +1,4 @@
-"""The adapter over Kafka's own classes (conformance/examples/kafka), compiled and driven here against the stand-in
+"""The adapter over Kafka's own classes (conformance/kafka), compiled and driven here against the stand-in
 classes beside it: kpurgatory's own re-statements of Kafka's purgatory and wheel with Kafka's class names, public API
 and private field names, since CI cannot download Kafka. The same adapter runs against a real Kafka build (README)."""
 
@@ -16,7 +16,7 @@ from kpurgatory.conformance.cli import main
 
 pytestmark = pytest.mark.skipif(shutil.which("javac") is None, reason="a JDK (javac) is not installed")
 
-EXAMPLE = Path(__file__).parents[2] / "conformance" / "examples" / "kafka"
+ADAPTER_DIR = Path(__file__).parents[2] / "conformance" / "kafka"
 #: the scenarios outside the model's domain, where Kafka's wheel is known to misbehave
 OUTSIDE_THE_DOMAIN = ("model.domain.delay-out-of-range", "model.domain.watch-delay-out-of-range",
                       "model.domain.overflow-chain-top-level")
@@ -34,13 +34,13 @@ def over(sources: Path, classes: Path) -> str:
     """Compiles the stand-ins in ``sources`` into ``classes``, and the adapter against them (run.sh with no input
     compiles, starts and exits), so no check waits for javac; returns the adapter's command."""
     subprocess.run(["javac", "-nowarn", "-d", str(classes), *map(str, sorted(sources.glob("**/*.java")))], check=True)
-    subprocess.run([EXAMPLE / "run.sh", classes], stdin=subprocess.DEVNULL, check=True)
-    return f"{EXAMPLE / 'run.sh'} {classes}"
+    subprocess.run([ADAPTER_DIR / "run.sh", classes], stdin=subprocess.DEVNULL, check=True)
+    return f"{ADAPTER_DIR / 'run.sh'} {classes}"
 
 
 @pytest.fixture(scope="module")
 def adapter(tmp_path_factory) -> str:
-    return over(EXAMPLE / "standins", tmp_path_factory.mktemp("standins"))
+    return over(ADAPTER_DIR / "standins", tmp_path_factory.mktemp("standins"))
 
 
 def start(adapter: str) -> subprocess.Popen:
@@ -117,7 +117,7 @@ def test_a_build_whose_check_tries_completed_ops_is_caught_by_a_race_schedule(tm
     """KAFKA-17848's guard removed: safeTryComplete calls tryComplete even on an op that completed (under its lock)
     while the check waited for that lock. Only a race shows it; a schedule makes that race happen every time."""
     sources = tmp_path / "standins"
-    shutil.copytree(EXAMPLE / "standins", sources)
+    shutil.copytree(ADAPTER_DIR / "standins", sources)
     operation = sources / "org/apache/kafka/server/purgatory/DelayedOperation.java"
     guarded = "return !isCompleted() && tryComplete();"
     assert guarded in operation.read_text()
@@ -183,13 +183,13 @@ def test_a_given_kafka_version_is_declared_and_named(adapter):
 
 
 def test_an_unknown_era_is_a_usage_error(tmp_path):
-    result = subprocess.run([str(EXAMPLE / "run.sh"), "--era", "kafka-0.8", str(tmp_path)], capture_output=True,
+    result = subprocess.run([str(ADAPTER_DIR / "run.sh"), "--era", "kafka-0.8", str(tmp_path)], capture_output=True,
                             text=True)
     assert result.returncode == 2 and "unknown era 'kafka-0.8'" in result.stderr
 
 
 def test_a_classpath_without_kafka_is_a_clear_error(tmp_path):
-    result = subprocess.run([str(EXAMPLE / "run.sh"), str(tmp_path)], capture_output=True, text=True,
+    result = subprocess.run([str(ADAPTER_DIR / "run.sh"), str(tmp_path)], capture_output=True, text=True,
                             env={**os.environ, "KPURGATORY_CACHE": str(tmp_path / "cache")})
     assert result.returncode == 3
     assert f"the adapter does not compile against {tmp_path}" in result.stderr

@@ -35,10 +35,10 @@ INIT = {"profile": "purgatory", "params": {"tick_ms": 1, "wheel_size": 20, "star
 
 def test_a_rerun_line_names_the_release_rather_than_its_classpath():
     from kpurgatory.conformance.check.sequential import target_flags
-    command = shlex.join([str(kafka.ADAPTER), "--era", "java-purgatory", "--kafka-version", "4.4.0", "/m2/a.jar"])
+    command = shlex.join([*kafka.RUN_ADAPTER, "--era", "java-purgatory", "--kafka-version", "4.4.0", "/m2/a.jar"])
     assert kafka.release_of(command) == "4.4.0"
     assert target_flags(None, command, "contract") == "--kafka 4.4.0 --level contract"
-    assert kafka.release_of(f"{kafka.ADAPTER} /m2/a.jar") is None
+    assert kafka.release_of(shlex.join([*kafka.RUN_ADAPTER, "/m2/a.jar"])) is None
     assert target_flags(None, "node adapter.js", "exact") == "--adapter 'node adapter.js'"
 
 

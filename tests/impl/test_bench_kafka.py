@@ -1,4 +1,4 @@
-"""`kpurgatory bench --kafka`'s JVM driver (conformance/examples/kafka/bench): it compiles against a Kafka-shaped
+"""`kpurgatory bench --kafka`'s JVM driver (conformance/kafka/bench): it compiles against a Kafka-shaped
 classpath, replays the plans the bench writes, and its counts are the model's for the same plan. Correctness only:
 nothing here is timed and no figure is asserted.
 
@@ -24,7 +24,7 @@ from kpurgatory.conformance.tools import bench
 
 pytestmark = pytest.mark.skipif(shutil.which("javac") is None, reason="a JDK (javac) is not installed")
 
-STANDINS = Path(__file__).parents[2] / "conformance" / "examples" / "kafka" / "standins"
+STANDINS = Path(__file__).parents[2] / "conformance" / "kafka" / "standins"
 
 
 @pytest.fixture(scope="module", autouse=True)

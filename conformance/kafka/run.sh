@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # kpurgatory's adapter over Kafka's own purgatory and timing wheel (README.md beside this file):
 #
-#   conformance/examples/kafka/run.sh [--era ERA] [--kafka-version VERSION] [--compile] CLASSPATH
+#   conformance/kafka/run.sh [--era ERA] [--kafka-version VERSION] [--compile] CLASSPATH
 #
 # CLASSPATH holds the Kafka build to check and its dependencies; ERA says which API era of Kafka's classes it holds:
 #   java-purgatory              (default) 4.0 on: the Java purgatory and timer of kafka-server-common

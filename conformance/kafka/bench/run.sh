@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The JVM side of `kpurgatory bench --kafka` (README.md beside this file):
 #
-#   conformance/examples/kafka/bench/run.sh --era ERA CLASSPATH
+#   conformance/kafka/bench/run.sh --era ERA CLASSPATH
 #
 # ERA is the release's API era as conformance/adapters/kafka.py names it: java-purgatory (4.0 on) or
 # scala-purgatory-java-timer (3.6 to 3.9); releases before 3.6 have the Scala timer, which the driver does not drive.

@@ -2,7 +2,7 @@ package org.apache.kafka.server.util.timer;
 
 /**
  * Stand-in for Kafka's {@code Timer} interface (kpurgatory's own code, not Kafka's): the API the adapter compiles
- * against when Kafka's classes are not at hand (conformance/examples/kafka/README.md).
+ * against when Kafka's classes are not at hand (conformance/kafka/README.md).
  */
 public interface Timer extends AutoCloseable {
     /** Schedules the task {@code delayMs} after now. */
