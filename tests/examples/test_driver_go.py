@@ -1,7 +1,10 @@
-"""The Go vector driver (conformance/examples/drivers/go), run with `go test` as a user would: every vector passes
-against the built-in implementation behind the stdio adapter, a broken copy fails with the case named in go test's
-own output, and go-zero's TimingWheel (conformance/examples/go-zero-timingwheel) gives the verdict its README states,
-each of its findings reproducing on the live library."""
+"""The Go vector driver (conformance/drivers/go) as the module it is published as, used the way its README tells a
+user to before publication: a module of the user's own, outside the driver's folder, with the driver in a go.work
+(`go work init .`, `go work use <driver>`), run with `go test`. A user's module with the stdio binding passes every
+vector against the built-in implementation and fails a broken copy with the case named in go test's own output;
+go-zero's TimingWheel (conformance/examples/go-zero-timingwheel), as such a module, gives the verdict its README
+states, and each of its findings reproduces on the live library through the adapter built in place (where the
+example reaches the driver through a replace)."""
 
 from __future__ import annotations
 
@@ -19,21 +22,74 @@ from click.testing import CliRunner
 
 from kpurgatory.conformance.cli import main
 
-EXAMPLES = Path(__file__).resolve().parents[2] / "conformance" / "examples"
-DRIVER, GO_ZERO = EXAMPLES / "drivers" / "go", EXAMPLES / "go-zero-timingwheel"
+CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
+DRIVER, GO_ZERO = CONFORMANCE / "drivers" / "go", CONFORMANCE / "examples" / "go-zero-timingwheel"
 STDIO = [sys.executable, "-m", "kpurgatory.conformance.adapters.stdio"]
 
 pytestmark = pytest.mark.skipif(shutil.which("go") is None, reason="needs the go command")
 
+#: a user's test that runs the vectors against any implementation behind a stdio adapter (KPURGATORY_ADAPTER)
+USER_TEST = """package myadapter
 
-def run_driver(folder: Path, tree: Path, out: Path, adapter: str | None = None):
+import (
+	"os"
+	"testing"
+
+	vectors "{module}"
+	"{module}/stdio"
+)
+
+func TestVectors(t *testing.T) {{
+	b, err := stdio.Start(os.Getenv("KPURGATORY_ADAPTER"), "exact")
+	if err != nil {{
+		t.Fatal(err)
+	}}
+	defer vectors.Close(b.System)
+	vectors.Run(t, b)
+}}
+"""
+
+
+def driver_module() -> str:
+    return re.search(r"^module (\S+)", (DRIVER / "go.mod").read_text(), re.MULTILINE)[1]
+
+
+def go(*args: str, cwd: Path) -> None:
+    done = subprocess.run(["go", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, f"go {shlex.join(args)}: {done.stdout}{done.stderr}"
+
+
+def use_driver(module: Path) -> Path:
+    """The driver in the module's workspace, as its README says to until the driver is published."""
+    go("work", "init", ".", cwd=module)
+    go("work", "use", str(DRIVER), cwd=module)
+    return module
+
+
+def user_module(tmp: Path) -> Path:
+    module = tmp / "my-adapter-vectors"
+    module.mkdir()
+    go("mod", "init", "example.com/myadapter", cwd=module)
+    (module / "vectors_test.go").write_text(USER_TEST.format(module=driver_module()))
+    return use_driver(module)
+
+
+def go_zero_module(tmp: Path) -> Path:
+    """The go-zero example as a user's module outside this repository: the driver through go.work instead of the
+    replace (and the requirement of its unpublished version) that the example has in place."""
+    module = Path(shutil.copytree(GO_ZERO, tmp / "go-zero-timingwheel", ignore=shutil.ignore_patterns("findings")))
+    go("mod", "edit", f"-dropreplace={driver_module()}", f"-droprequire={driver_module()}", cwd=module)
+    return use_driver(module)
+
+
+def run_vectors(module: Path, tree: Path, out: Path, adapter: str | None = None):
     """`go test -v` in the module; returns (exit code, go test's output, the results file's cases by path)."""
     results = out / "results.json"
     env = {**os.environ, "KPURGATORY_VECTORS": str(tree), "KPURGATORY_VECTORS_OUT": str(out),
            "KPURGATORY_VECTORS_RESULTS": str(results)}
     if adapter is not None:
         env["KPURGATORY_ADAPTER"] = shlex.join([*STDIO, adapter])
-    done = subprocess.run(["go", "test", "-count=1", "-v", "."], cwd=folder, env=env, capture_output=True, text=True,
+    done = subprocess.run(["go", "test", "-count=1", "-v", "."], cwd=module, env=env, capture_output=True, text=True,
                           timeout=900)
     cases = {case["path"]: case for case in json.loads(results.read_text())["cases"]} if results.exists() else {}
     return done.returncode, done.stdout + done.stderr, cases
@@ -49,7 +105,8 @@ def index(tree: Path) -> list[dict]:
 
 
 def test_every_vector_passes_against_the_builtin_adapter(vector_tree, tmp_path):
-    code, output, cases = run_driver(DRIVER, vector_tree, tmp_path, "kpurgatory.conformance.adapters.builtin:factory")
+    code, output, cases = run_vectors(user_module(tmp_path), vector_tree, tmp_path,
+                                      "kpurgatory.conformance.adapters.builtin:factory")
     assert code == 0, output[-4000:]
     assert set(cases) == {case["path"] for case in index(vector_tree)}
     assert runner_verdicts(output) == {path: case["verdict"] for path, case in cases.items()}
@@ -61,7 +118,8 @@ def test_every_vector_passes_against_the_builtin_adapter(vector_tree, tmp_path):
 
 @pytest.mark.parametrize("mutant", ["expired_on_add_off_by_one", "cancel_leaves_entry"])
 def test_a_broken_copy_fails_naming_the_case(vector_tree, tmp_path, mutant):
-    code, output, cases = run_driver(DRIVER, vector_tree, tmp_path, f"kpurgatory.conformance.tools.mutants:{mutant}")
+    code, output, cases = run_vectors(user_module(tmp_path), vector_tree, tmp_path,
+                                      f"kpurgatory.conformance.tools.mutants:{mutant}")
     failed = [case for case in cases.values() if case["verdict"] == "fail"]
     assert code == 1 and failed, output[-4000:]
     for case in failed:
@@ -92,7 +150,7 @@ GO_ZERO_SKIPS = (r"profile purgatory is not implemented", r"about Kafka release"
 
 
 def test_go_zero_gives_its_documented_verdict(vector_tree, tmp_path):
-    code, output, cases = run_driver(GO_ZERO, vector_tree, tmp_path)
+    code, output, cases = run_vectors(go_zero_module(tmp_path), vector_tree, tmp_path)
     results = json.loads((tmp_path / "results.json").read_text())
     assert results["level"] == "contract" and results["implementation"].startswith("go-zero")
     assert runner_verdicts(output) == {path: case["verdict"] for path, case in cases.items()}

@@ -3,8 +3,8 @@ module kpurgatory/examples/gozero
 go 1.24.0
 
 require (
+	github.com/kpurgatory/kpurgatory/conformance/drivers/go v0.1.0
 	github.com/zeromicro/go-zero v1.10.3
-	kpurgatory/driver v0.0.0
 )
 
 require (
@@ -19,4 +19,4 @@ require (
 	golang.org/x/sys v0.41.0 // indirect
 )
 
-replace kpurgatory/driver => ../drivers/go
+replace github.com/kpurgatory/kpurgatory/conformance/drivers/go => ../../drivers/go

@@ -14,7 +14,7 @@ import (
 	"github.com/zeromicro/go-zero/core/collection"
 	"github.com/zeromicro/go-zero/core/timex"
 
-	"kpurgatory/driver"
+	vectors "github.com/kpurgatory/kpurgatory/conformance/drivers/go"
 )
 
 // A wheel runs a tick's tasks on a goroutine of its own, in slot order; a marker entry added just before each tick
@@ -34,7 +34,7 @@ const (
 // Wheel is the driver's Timer over a go-zero TimingWheel with an interval of tick_ms milliseconds, as its users
 // configure it: delays are time.Duration, so one beyond 2^63−1 ns (about 292 years) cannot be passed at all.
 type Wheel struct {
-	p      driver.Params
+	p      vectors.Params
 	tw     *collection.TimingWheel
 	ticker timex.FakeTicker
 	ticked int64 // ticks delivered since Init
@@ -46,15 +46,15 @@ type Wheel struct {
 }
 
 // Binding is go-zero's TimingWheel with its declarations (README.md says where each comes from).
-func Binding() driver.Binding {
-	return driver.Binding{
+func Binding() vectors.Binding {
+	return vectors.Binding{
 		Name:  "go-zero core/collection.TimingWheel v1.10.3 (virtual FakeTicker)",
 		Level: "contract",
-		Declarations: driver.Declarations{Firing: "min_one_tick", NegativeDelays: "rejected",
+		Declarations: vectors.Declarations{Firing: "min_one_tick", NegativeDelays: "rejected",
 			BeyondMaxDeadline: "undefined"},
 		Profiles:    []string{"timer"},
 		Unsupported: []string{"size"},
-		Accepts: func(_ string, p driver.Params) string {
+		Accepts: func(_ string, p vectors.Params) string {
 			if p.TickMs > maxMs {
 				return fmt.Sprintf("tick_ms %d is not a time.Duration", p.TickMs)
 			}
@@ -63,11 +63,11 @@ func Binding() driver.Binding {
 			}
 			return ""
 		},
-		System: driver.TimerSystem(&Wheel{}),
+		System: vectors.TimerSystem(&Wheel{}),
 	}
 }
 
-func (w *Wheel) Init(p driver.Params) error {
+func (w *Wheel) Init(p vectors.Params) error {
 	if w.tw != nil {
 		w.tw.Stop()
 	}
@@ -92,12 +92,12 @@ func (w *Wheel) execute(key, _ any) {
 
 func (w *Wheel) Add(task string, delayMs int64) ([]string, error) {
 	if delayMs > maxMs {
-		return nil, fmt.Errorf("%w: delay_ms %d is beyond time.Duration", driver.ErrCannotRun, delayMs)
+		return nil, fmt.Errorf("%w: delay_ms %d is beyond time.Duration", vectors.ErrCannotRun, delayMs)
 	}
 	// every negative delay meets the library's `delay <= 0` check alike; -1 keeps the product in range
 	err := w.tw.SetTimer(task, nil, time.Duration(max(delayMs, -1))*time.Millisecond)
 	if errors.Is(err, collection.ErrArgument) {
-		return nil, fmt.Errorf("%w: %v", driver.ErrDelayOutOfRange, err)
+		return nil, fmt.Errorf("%w: %v", vectors.ErrDelayOutOfRange, err)
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -130,7 +130,7 @@ func (w *Wheel) Advance(toMs int64) ([]string, error) {
 		}
 		if delivered == MaxTicks {
 			return w.take(), fmt.Errorf("%w: the advance to %d needs %d more ticks with tasks pending (at most %d)",
-				driver.ErrCannotRun, toMs, target-w.ticked, MaxTicks)
+				vectors.ErrCannotRun, toMs, target-w.ticked, MaxTicks)
 		}
 		if err := w.tick(); err != nil {
 			return w.take(), err

@@ -3,10 +3,10 @@ package gozero
 import (
 	"testing"
 
-	"kpurgatory/driver"
+	vectors "github.com/kpurgatory/kpurgatory/conformance/drivers/go"
 )
 
 func TestVectors(t *testing.T) {
 	b := Binding()
-	driver.Run(t, b)
+	vectors.Run(t, b)
 }

@@ -1,6 +1,6 @@
 "use strict";
-// The vector driver's binding (conformance/examples/drivers/javascript) for timer.js: timer profile, exact level,
-// with the wheel read-out. KPURGATORY_BINDING=node-timer.
+// The binding of timer.js for the vector driver (the npm package kpurgatory-vectors, conformance/drivers/javascript):
+// timer profile, exact level, with the wheel read-out. A project's test file runs it with `run(binding)`.
 
 const { SystemTimer, TimerTask } = require("./timer.js");
 

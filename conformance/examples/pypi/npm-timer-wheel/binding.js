@@ -2,8 +2,8 @@
 /*
  * The npm package timer-wheel 1.0.0 (aholstenson/timer-wheel: Transitory's and Caffeine's hierarchical wheel) on a
  * virtual clock, through its ReschedulingTimerWheel: schedule(id, delay) adds or moves a task, unschedule(id)
- * cancels it, advance() returns what expired. Used by adapter.js (the stdio protocol) and, as the binding
- * KPURGATORY_BINDING=npm-timer-wheel, by the vector driver in conformance/examples/drivers/javascript.
+ * cancels it, advance() returns what expired. Used by adapter.js (the stdio protocol) and, as a binding of the
+ * vector driver (the npm package kpurgatory-vectors, conformance/drivers/javascript), by a project's test file.
  *
  * The package has no injectable clock: schedule() and advance() read Date.now(). Each call into the package runs
  * with Date.now replaced by the virtual clock, so the package's own code runs unchanged on virtual time.

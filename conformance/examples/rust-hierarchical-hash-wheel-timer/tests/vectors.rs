@@ -4,8 +4,7 @@
 use hierarchical_hash_wheel_timer::wheels::cancellable::QuadWheelWithOverflow;
 use hierarchical_hash_wheel_timer::wheels::Skip;
 use hierarchical_hash_wheel_timer::{IdOnlyTimerEntry, TimerError};
-use kpurgatory_driver::{Binding, Info, Level, Params, Rejected, Timer, TimerBinding, Unrunnable};
-use serde_json::json;
+use kpurgatory_vectors::{json, Binding, Params, Rejected, Timer, TimerBinding, Unrunnable};
 use std::collections::BTreeSet;
 use std::time::Duration;
 
@@ -87,31 +86,21 @@ impl Timer for Wheel {
 }
 
 fn binding() -> Result<Box<dyn Binding>, String> {
-    let declarations = json!({"firing": "kafka", "lazy_size": false, "max_deadline_ms": i64::MAX,
-        "beyond_max_deadline": "rejected", "negative_delays": "run_at_once"});
-    Ok(Box::new(TimerBinding {
-        info: Info {
-            implementation: "hierarchical_hash_wheel_timer 1.4.0 (wheels::cancellable::QuadWheelWithOverflow)".into(),
-            level: Level::Contract,
-            declarations: declarations.as_object().cloned().unwrap_or_default(),
-            profiles: vec!["timer".into()],
-            features: Vec::new(),
-            unsupported_commands: Vec::new(),
-        },
-        // the wheel's geometry is fixed (1 ms ticks, four 256-slot wheels and an overflow list): every
-        // tick_ms and wheel_size is run, judged by the firing window the case gives for that tick
-        new: |params: &Params| Wheel {
-            wheel: QuadWheelWithOverflow::new(),
-            now: params.start_ms,
-            pending: BTreeSet::new(),
-        },
-        rejects: |_| None,
-    }))
+    let implementation = "hierarchical_hash_wheel_timer 1.4.0 (wheels::cancellable::QuadWheelWithOverflow)";
+    // the wheel's geometry is fixed (1 ms ticks, four 256-slot wheels and an overflow list): every tick_ms and
+    // wheel_size is run, judged by the firing window the case gives for that tick
+    let binding = TimerBinding::new(implementation, |params: &Params| Wheel {
+        wheel: QuadWheelWithOverflow::new(),
+        now: params.start_ms,
+        pending: BTreeSet::new(),
+    });
+    Ok(Box::new(binding.contract(json!({"firing": "kafka", "lazy_size": false, "max_deadline_ms": i64::MAX,
+        "beyond_max_deadline": "rejected", "negative_delays": "run_at_once"}))))
 }
 
 fn main() {
-    kpurgatory_driver::main(
+    kpurgatory_vectors::main(
         env!("CARGO_TARGET_TMPDIR"),
-        &[("hierarchical_hash_wheel_timer", binding), ("stdio", kpurgatory_driver::stdio::binding)],
+        &[("hierarchical_hash_wheel_timer", binding), ("stdio", kpurgatory_vectors::stdio::binding)],
     );
 }

@@ -7,7 +7,7 @@ import (
 
 	gozero "kpurgatory/examples/gozero"
 
-	"kpurgatory/driver/stdio"
+	"github.com/kpurgatory/kpurgatory/conformance/drivers/go/stdio"
 )
 
 func main() {

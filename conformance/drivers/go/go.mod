@@ -1,0 +1,3 @@
+module github.com/kpurgatory/kpurgatory/conformance/drivers/go
+
+go 1.22

@@ -1,0 +1,102 @@
+package stdio
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+
+	vectors "github.com/kpurgatory/kpurgatory/conformance/drivers/go"
+)
+
+// Serve is the other side: it serves a binding as an adapter on in and out (specs/protocol.md), so that
+// `kpurgatory check --adapter CMD` can drive a Go implementation with generated runs and shrink what it finds.
+func Serve(b vectors.Binding, in io.Reader, out io.Writer) error {
+	scanner := bufio.NewScanner(in)
+	scanner.Buffer(nil, 16<<20)
+	encoder := json.NewEncoder(out)
+	for scanner.Scan() {
+		var r request
+		var response map[string]any
+		if err := remarshal(json.RawMessage(scanner.Bytes()), &r); err != nil {
+			response = map[string]any{"failure": err.Error()}
+		} else {
+			response = respond(b, r)
+		}
+		if r.Seq == "" {
+			r.Seq = "0"
+		}
+		response["seq"] = r.Seq
+		if err := encoder.Encode(response); err != nil {
+			return err
+		}
+	}
+	return scanner.Err()
+}
+
+type request struct {
+	Seq  json.Number    `json:"seq"`
+	Cmd  string         `json:"cmd"`
+	Args map[string]any `json:"args"`
+}
+
+// respond answers one request, alone or in a batch: its observation, or a failure when it could not be executed.
+func respond(b vectors.Binding, r request) map[string]any {
+	response := map[string]any{"events": []vectors.Event{}, "result": nil}
+	if err := answer(b, r.Cmd, r.Args, response); err != nil {
+		return map[string]any{"failure": err.Error()}
+	}
+	return response
+}
+
+// batch answers a whole run in one request (specs/protocol.md §3.3): each request as if it came alone, and every
+// one after a failure, up to the next init, skipped (a failure ends its run).
+func batch(b vectors.Binding, requests []request) []map[string]any {
+	answers, skipping := make([]map[string]any, 0, len(requests)), false
+	for _, r := range requests {
+		if skipping = skipping && r.Cmd != "init"; skipping {
+			answers = append(answers, map[string]any{"skipped": true})
+			continue
+		}
+		reply := respond(b, r)
+		_, skipping = reply["failure"]
+		answers = append(answers, reply)
+	}
+	return answers
+}
+
+func answer(b vectors.Binding, cmd string, args map[string]any, response map[string]any) error {
+	switch cmd {
+	case "hello":
+		hello := map[string]any{"protocol_version": 1, "implementation": b.Name, "profiles": b.Profiles,
+			"features": append(append([]string{}, b.Features...), "batch"), "declarations": b.Declarations}
+		if len(b.Unsupported) > 0 {
+			hello["unsupported_commands"] = b.Unsupported
+		}
+		response["result"] = hello
+		return nil
+	case "init":
+		var init struct {
+			Profile string         `json:"profile"`
+			Params  vectors.Params `json:"params"`
+		}
+		if err := remarshal(args, &init); err != nil {
+			return err
+		}
+		return b.System.Init(init.Profile, init.Params)
+	case "batch":
+		var run struct {
+			Requests []request `json:"requests"`
+		}
+		if err := remarshal(args, &run); err != nil {
+			return err
+		}
+		response["result"] = batch(b, run.Requests)
+		return nil
+	}
+	o, err := b.System.Step(cmd, args)
+	response["result"], response["events"] = o.Result, vectors.NonNil(o.Events)
+	if o.Error != "" {
+		response["error"] = o.Error
+	}
+	return err
+}

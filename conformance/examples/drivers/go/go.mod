@@ -1,3 +1,0 @@
-module kpurgatory/driver
-
-go 1.22
