@@ -25,20 +25,22 @@ sends back their contents with its result; rows are written to ``--out`` in orde
 every counterexample are those of a serial run, but for timings, the environment and what time decides: a race the
 concurrent check meets or not, a call taken for hung under ``--timeout``.
 
-Everything goes to ``--out``: ``matrix.json`` (the data), ``index.html`` (one self-contained page made from it
-alone: no script, no load; every text from a system escaped) and, for each cell that found something,
-``ROW/CELL/`` with each counterexample's trace, step table and page (`traces.view`), which the cell links to. Both
-files are rewritten after every row, so an interrupted run leaves the rows it finished. ``matrix.json`` holds:
+Everything goes to ``--out``: ``matrix.json`` (the data), ``index.html`` (one self-contained page made from it and
+the traces it names: `matrix_page`) and, for each cell that found something, ``ROW/CELL/`` with each
+counterexample's trace, which the page links to and shows as a step table, and its text table and page
+(`traces.view`). Both files are rewritten after every row, so an interrupted run leaves the rows it finished.
+``matrix.json`` holds:
 
+  command          the command that made it, as typed in the folder it ran in (no absolute path under it)
   environment      date, load average at the start and the end, cores, versions (Python, kpurgatory, Java), where
                    the cells ran (runner) and the run's wall time (wall_s)
   budget, columns  the seed and budget of the run; each check's id and what it is
   rows             per system: name, kind (release, adapter, impl), the command or factory (with no path of this
                    machine in it: jars by their Maven coordinates, other paths relative to the page), its hello's
                    implementation, the rules a release lacks, its date, budget and seconds, and its cells
-  rows[].cells     per check: verdict, a one-line note, findings (name, ticket, releases, description, trace and
-                   page paths relative to index.html), failures (signature, summary, whether the system failed to
-                   answer, trace and page), runs, steps, seconds
+  rows[].cells     per check: verdict, a one-line note, findings (name, ticket, releases, description, trace path
+                   relative to index.html), failures (signature, summary, whether the system failed to answer,
+                   trace), runs, steps, seconds
   totals           cells per verdict, seconds of the cells (wherever they ran)
   findings, rules  the legend: every finding met (with the rows that met it), every rule of `model.releases`
 """
@@ -48,7 +50,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import datetime
-import html
 import multiprocessing
 import os
 import platform
@@ -62,7 +63,6 @@ import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
-from urllib.parse import quote
 
 import attrs
 import click
@@ -78,31 +78,15 @@ from kpurgatory.conformance.check.sequential import DEFAULT_MAX_FAILURES, DEFAUL
     time_limited
 from kpurgatory.conformance.check.workers import fresh_worker
 from kpurgatory.conformance.terminal import command_console, markup, safe
+from kpurgatory.conformance.tools.matrix_page import DEFAULT_OUT, VERDICTS, lacking, page, tickets
 from kpurgatory.conformance.traces.codec import Trace, TraceFormatError, read_traces, write_traces
 from kpurgatory.conformance.traces.replay import ReplayReport, replay, scenarios
-from kpurgatory.conformance.traces.view import asset, write_view
+from kpurgatory.conformance.traces.view import write_view
 from kpurgatory.model import CommandError, Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.releases import COVERED, RULES, RULES_BY_TICKET, Release, version_key
 
 FORMAT, VERSION = "kpurgatory-matrix", 1
-
-#: verdict -> what it means, in the order of the page's legend
-VERDICTS = {
-    "pass": "nothing found: every run agrees with the model (and scenario replays)",
-    "finding": "only Kafka's own known misbehaviours: the release does what Kafka does (a finding passes)",
-    "failure": "the system differs from the model, or breaks a property, where Kafka does not",
-    "broke": "the system could not be driven: it crashed, hung or wrote garbage, or its adapter could not be built",
-    "n/a": "does not apply: a profile the system does not declare, threads without the concurrent feature, a release "
-           "the Kafka adapter does not drive",
-    "skipped": "not run: the system broke before this check",
-}
-#: the verdicts whose cells get an entry under Details on the page (the others' tooltip says it all)
-DETAILED = ("finding", "failure", "broke")
-#: css classes of the verdicts
-CSS = {"pass": "pass", "finding": "finding", "failure": "failure", "broke": "broke", "n/a": "na",
-       "skipped": "skipped"}
-
 
 @attrs.frozen
 class Column:
@@ -192,10 +176,6 @@ def relative(path: Path | None, out: Path) -> str | None:
     return None if path is None else Path(os.path.relpath(path, out)).as_posix()
 
 
-def tickets(text: str) -> list[str]:
-    return list(dict.fromkeys(re.findall(r"KAFKA-\d+", text)))
-
-
 def finding_entry(finding, out: Path, trace_path: Path | None, repeats: int | None = None, **more) -> dict:
     """A Kafka finding (`check.findings.Finding`, `check.concurrent.KafkaRace`) as the matrix lists it: its name,
     ticket, the releases that have it and what it is."""
@@ -204,14 +184,7 @@ def finding_entry(finding, out: Path, trace_path: Path | None, repeats: int | No
     if releases is None and ticket in RULES_BY_TICKET:
         releases = f"fixed by {ticket} in {RULES_BY_TICKET[ticket].since}"
     return {"name": finding.name, "ticket": ticket, "releases": releases,
-            "description": finding.description, **page_of(trace_path, out), "repeats": repeats, **more}
-
-
-def lacking(ticket: str) -> str:
-    """The releases that lack a rule, in words."""
-    rule = RULES_BY_TICKET[ticket]
-    backports = f" ({', '.join(rule.backports)} and later on their lines have it)" if rule.backports else ""
-    return f"releases before {rule.since}{backports}"
+            "description": finding.description, **trace_of(trace_path, out), "repeats": repeats, **more}
 
 
 def rule_finding(scenario: str, explanation: str, out: Path, trace_path: Path) -> dict:
@@ -222,33 +195,19 @@ def rule_finding(scenario: str, explanation: str, out: Path, trace_path: Path) -
                             for ticket in named) or explanation
     return {"name": scenario, "ticket": ", ".join(named) or None,
             "releases": "; ".join(map(lacking, named)) or None, "description": description, "detail": explanation,
-            **page_of(trace_path, out), "repeats": None, "scenario": scenario}
+            **trace_of(trace_path, out), "repeats": None, "scenario": scenario}
 
 
 def failure_entry(signature: str, summary: str, error: bool, out: Path, trace_path: Path | None,
                   repeats: int | None = None) -> dict:
     """A failure as the matrix lists it: its signature, what happened, and whether the system failed to answer."""
-    return {"signature": signature, "summary": summary, "error": error, **page_of(trace_path, out),
+    return {"signature": signature, "summary": summary, "error": error, **trace_of(trace_path, out),
             "repeats": repeats}
 
 
-def page_of(trace_path: Path | None, out: Path) -> dict:
-    """Where a counterexample and its page are, relative to the matrix's page."""
-    return {"trace": relative(trace_path, out),
-            "view": relative(trace_path and trace_path.with_suffix(".html"), out)}
-
-
-def write_missing_views(data: dict, out: Path) -> int:
-    """Write the page of every counterexample the matrix links to whose trace is there but whose page is not."""
-    written = 0
-    for row in data["rows"]:
-        for result in row["cells"].values():
-            for entry in (*result["findings"], *result["failures"]):
-                if entry.get("trace") and entry.get("view") and not (out / entry["view"]).exists() \
-                        and (out / entry["trace"]).is_file():
-                    write_view(out / entry["view"], read_traces(out / entry["trace"]))
-                    written += 1
-    return written
+def trace_of(trace_path: Path | None, out: Path) -> dict:
+    """Where a counterexample's trace is, relative to the matrix's page."""
+    return {"trace": relative(trace_path, out)}
 
 
 def cell(verdict: str, note: str, *, findings=(), failures=(), runs=0, steps=0, seconds=0.0, **more) -> dict:
@@ -350,6 +309,18 @@ def recognised(trace: Trace, report: ReplayReport, error: Exception | None, rele
     return None
 
 
+def answered(trace: Trace, report: ReplayReport) -> Trace:
+    """A scenario with what the system answered each step it was sent (or how it failed to), beside the answers
+    the scenario expects: the counterexample shows both."""
+    said: dict[int, v.Observation | str] = {outcome.seq: outcome.observed for outcome in report.outcomes
+                                             if outcome.observed is not None}
+    if report.broken:  # the first step it gave no answer to is where it failed
+        failed = next((step.seq for step in trace.steps if step.seq not in said), None)
+        if failed is not None:
+            said[failed] = report.error
+    return attrs.evolve(trace, steps=[attrs.evolve(step, system=said.get(step.seq)) for step in trace.steps])
+
+
 def scenario_cell(factory, budget: Budget, folder: Path, out: Path) -> dict:
     """Replay each scenario of the corpus on one system (made afresh after it broke); a scenario using a command the
     system has no call for is skipped. A failing scenario is a finding when the system's release answers it as that
@@ -374,7 +345,7 @@ def scenario_cell(factory, budget: Budget, folder: Path, out: Path) -> dict:
             if report.ok:
                 passed += 1
                 continue
-            path = write_traces(folder / f"{Subject(trace.trace_id).slug}.jsonl", trace)
+            path = write_traces(folder / f"{Subject(trace.trace_id).slug}.jsonl", answered(trace, report))
             path.with_suffix(".txt").write_text(render(report))
             write_view(path.with_suffix(".html"), trace, [report])
             failing = report.first_failure
@@ -689,6 +660,21 @@ def portable(command: str, out: Path) -> str:
         part.startswith("/") for part in word.split(":")) else word for word in words)
 
 
+def typed(args: list[str], here: Path) -> str:
+    """``kpurgatory matrix ARGS`` as its user would type it again in ``here``, the folder it ran in: each absolute
+    path in it (a word, an option's =value, a word of an --adapter's command) under ``here`` made relative to it,
+    one under the home directory written from ~, so that the page names no folder of this machine."""
+    home = Path.home()
+
+    def rewritten(match: re.Match) -> str:
+        path = Path(match[0])
+        if path.is_relative_to(here):
+            return Path(os.path.relpath(path, here)).as_posix()
+        return f"~/{path.relative_to(home).as_posix()}" if path.is_relative_to(home) else match[0]
+
+    return shlex.join(["kpurgatory", "matrix", *(re.sub(r"(?<![^\s=])/[^\s:,]+", rewritten, arg) for arg in args)])
+
+
 def results_files(paths: tuple[Path, ...]) -> list[Path]:
     """The results files given, a folder standing for the ``*.json`` files in it."""
     return [each for path in paths for each in (sorted(path.glob("*.json")) if path.is_dir() else [path])]
@@ -828,7 +814,10 @@ def previous_matrix(out: Path) -> dict | None:
 def kept(row: dict, out: Path) -> None:
     """A row of an earlier matrix, kept by --merge, as this version writes it: no path of this machine in its
     target (a results file by its name), nor in what a driver said of a failing case (its observed run: the copy
-    beside the page)."""
+    beside the page); each counterexample by its trace alone (the page links no counterexample's page)."""
+    for result in row["cells"].values():
+        for entry in (*result["findings"], *result["failures"]):
+            entry.pop("view", None)
     if row["kind"] != "vectors":
         row["target"] = row["target"] and portable(row["target"], out)
         return
@@ -838,7 +827,8 @@ def kept(row: dict, out: Path) -> None:
     for result in row["cells"].values():
         for entry in (*result["findings"], *result["failures"]):
             if entry.get("trace"):
-                path = re.compile(rf"/\S*/{re.escape(Path(entry['trace']).name)}")
+                # an absolute path only: a word, not the tail of the relative one put there before
+                path = re.compile(rf"(?<![^\s=(\"'])/\S*/{re.escape(Path(entry['trace']).name)}")
                 for holder, key in ((entry, "summary"), (entry, "detail"), (result, "note")):
                     if holder.get(key):
                         holder[key] = path.sub(entry["trace"], holder[key])
@@ -866,152 +856,10 @@ def matrix_data(rows: list[dict], columns: tuple[Column, ...], budget: Budget, e
                       for rule in RULES]}
 
 
-def e(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def link(href: str | None, text: str, title: str = "") -> str:
-    title = f' title="{e(title)}"' if title else ""
-    if href is None:
-        return f"<span{title}>{e(text)}</span>"
-    return f'<a href="{e(quote(href))}"{title}>{e(text)}</a>'
-
-
-def anchor(row: dict, column_id: str) -> str:
-    """The id of a cell's entry under Details (row names are distinct as slugs)."""
-    return f"{Subject(row['name']).slug}--{COLUMNS_BY_ID[column_id].slug}"
-
-
-def cell_html(row: dict, column_id: str, result: dict) -> str:
-    verdict = result["verdict"]
-    met: dict[str, list[dict]] = {}  # a finding met in several scenarios is listed once, with how often
-    for f in result["findings"]:
-        met.setdefault(f["name"], []).append(f)
-    items = [f'<li class="finding-item">{link(each[0]["view"], name, each[0]["description"])}'
-             + (f" ×{len(each)}" if len(each) > 1 else "")
-             + (f' <span class="ticket">{e(filed(each[0]))}</span>' if filed(each[0]) else "") + "</li>"
-             for name, each in met.items()]
-    items += [f'<li class="failure-item">{link(f["view"], f["signature"], f["summary"])}</li>'
-              for f in result["failures"]]
-    figures = []
-    if result["runs"]:
-        figures.append(f"{result['runs']} runs")
-    if result["seconds"]:
-        figures.append(f"{result['seconds']:.0f} s")
-    return (f'<td class="cell {CSS[verdict]}" data-verdict="{e(verdict)}" data-findings="{len(result["findings"])}" '
-            f'data-failures="{len(result["failures"])}" title="{e(result["note"])}">'
-            + (f'<a class="word" href="#{anchor(row, column_id)}">{e(verdict)}</a>' if verdict in DETAILED else
-               f'<span class="word">{e(verdict)}</span>')
-            + (f"<ul>{''.join(items)}</ul>" if items else "")
-            + (f'<div class="figures">{e(" · ".join(figures))}</div>' if figures else "") + "</td>")
-
-
-def rules_html(tickets_lacked: list[str], titles: dict[str, str]) -> str:
-    """The rules a release lacks, each linked to its line in the rules' table."""
-    return " ".join(f'<a class="chip" href="#rule-{e(t)}" title="{e(titles[t])}">{e(t)}</a>' if t in titles else
-                    f'<span class="chip">{e(t)}</span>' for t in tickets_lacked)
-
-
-def details_html(rows: list[dict], columns: list[dict]) -> str:
-    """One entry per cell that found something or broke: its note, each finding and failure in full."""
-    parts = []
-    for row in rows:
-        for column in columns:
-            result = row["cells"].get(column["id"])
-            if result is None or result["verdict"] not in DETAILED:  # the cell's tooltip says why
-                continue
-            # the note sums up the entries below, or says why a cell without any broke
-            lines = [] if result["findings"] or result["failures"] else [f'<p class="note">{e(result["note"])}</p>']
-            for f in result["findings"]:
-                scenario = f.get("scenario")
-                lines.append(f'<p><span class="tag finding">finding</span> {link(f["view"], f["name"])}'
-                             + (f' ({e(f["ticket"])})' if f["ticket"] else "")
-                             + (f" in scenario {e(scenario)}" if scenario not in (None, f["name"]) else "")
-                             + f": {e(f.get('detail') or f['description'])}"
-                             + (f' <span class="muted">met again in {f["repeats"]} runs</span>'
-                                if f["repeats"] else "") + "</p>")
-            for f in result["failures"]:
-                lines.append(f'<p><span class="tag failure">{"broke" if f["error"] else "failure"}</span> '
-                             f'{link(f["view"], f["signature"])}: <span class="clamp">{e(f["summary"])}</span></p>')
-            parts.append(f'<section class="detail {CSS[result["verdict"]]}" id="{anchor(row, column["id"])}">'
-                         f'<h3>{e(row["name"])} · {e(column["id"])}: {e(result["verdict"])}</h3>{"".join(lines)}'
-                         f'</section>')
-    return "".join(parts) or '<p class="muted">Nothing found.</p>'
-
-
-def budget_words(budget: dict) -> str:
-    """A run's budget in words (a matrix before thread_runs ran as many concurrent runs as sequential ones)."""
-    return (f"{budget['examples']} runs of up to {budget['steps']} steps per sequential check, "
-            f"{budget.get('thread_runs', budget['examples'])} runs of {budget['threads']} threads in the concurrent "
-            f"check")
-
-
-def duration(seconds: float) -> str:
-    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
-
-
-def page(data: dict) -> str:
-    """The page of a matrix (`matrix_data`), made from the data alone: a committed matrix.json renders again."""
-    columns, rows, env, budget = data["columns"], data["rows"], data["environment"], data["budget"]
-    any_release = any(row["kind"] == "release" for row in rows)
-    titles = {rule["ticket"]: rule["title"] for rule in data["rules"]}  # the page is made from the data alone
-    head = ("<tr><th>system</th>" + ('<th><a href="#rules">rules it lacks</a></th>' if any_release else "")
-            + "".join(f'<th title="{e(column["what"])}">{e(column["id"])}</th>' for column in columns) + "</tr>")
-    body = []
-    for row in rows:
-        ran = row["budget"]
-        title = (f'{row["target"] or ""}\n' + (f'joined {row["date"]}' if ran is None else
-                                               f'run {row["date"]}: seed {ran["seed"]}, {budget_words(ran)}'))
-        name = (f'<th class="row" title="{e(title)}">{e(row["name"])}'
-                f'<div class="muted impl">{e(row["implementation"] or row["note"] or "")}</div>'
-                f'<div class="muted figures">{row["seconds"]:.0f} s</div></th>')
-        lacks = f'<td class="lacks">{rules_html(row["lacks"], titles)}</td>' if any_release else ""
-        cells = "".join(cell_html(row, column["id"], row["cells"][column["id"]]) if column["id"] in row["cells"]
-                        else '<td class="cell skipped" data-verdict="skipped">—</td>' for column in columns)
-        body.append(f'<tr data-row="{e(row["name"])}">{name}{lacks}{cells}</tr>')
-    total = data["totals"]
-    summary = (f"{len(rows)} systems × {len(columns)} checks: "
-               + ", ".join(f"{total[verdict]} {verdict}" for verdict in VERDICTS if total[verdict])
-               + f"; {total['seconds']:.0f} s of cells in all"
-               + (f", {duration(env['wall_s'])} wall time {env.get('runner', '')}".rstrip() if env.get("wall_s")
-                  else ""))
-    verdict_legend = "".join(f'<li><span class="swatch {CSS[verdict]}"></span><b>{e(verdict)}</b>: {e(words)}</li>'
-                             for verdict, words in VERDICTS.items())
-    column_legend = "".join(f"<li><b>{e(column['id'])}</b>: {e(column['what'])}</li>" for column in columns)
-    finding_legend = "".join(
-        f"<li><b>{e(f['name'])}</b>" + (f' <span class="ticket">{e(f["ticket"])}</span>' if f["ticket"] else "")
-        + f": {e(f['description'])}" + (f" <i>Releases: {e(f['releases'])}.</i>" if f["releases"] else "")
-        + f' <span class="muted">({e(", ".join(f["rows"]))})</span></li>' for f in data["findings"]) or \
-        '<li class="muted">none met</li>'
-    rules = "".join(f'<tr id="rule-{e(rule["ticket"])}"><td>{e(rule["ticket"])}</td><td>{e(rule["since"])}'
-                    + (f" ({e(', '.join(rule['backports']))})" if rule["backports"] else "")
-                    + f"</td><td>{e(rule['title'])}</td><td>{e(rule['before'])}</td><td>{e(rule['seen'])}</td></tr>"
-                    for rule in data["rules"])
-    rules_section = ('<h2 id="rules">Rules: how releases differ</h2><p class="muted">A release lacks every rule '
-                     "shipped after it. The model follows the release a system declares, so what a rule explains is "
-                     "not a failure: a scenario the release answers as it did, or a race it shipped, is a finding."
-                     '</p><table class="rules"><tr><th>ticket</th><th>since</th><th>what changed</th><th>before it'
-                     "</th><th>seen</th></tr>" + rules + "</table>" if any_release else "")
-    parts = {
-        "style": asset("view.css") + asset("matrix.css"),
-        "summary": e(summary),
-        "environment": e(f"generated {env['date']} on {env['cores']} cores ({env['machine']}) at load "
-                         f"{' '.join(map(str, env['load_average']))} (at the end: "
-                         f"{' '.join(map(str, env.get('load_average_end', ())))}); kpurgatory {env['kpurgatory']}, "
-                         f"Python {env['python']}" + (f", {env['java']}" if env.get("java") else "")
-                         + f"; seed {budget['seed']}, {budget_words(budget)}"),
-        "command": e(data["command"]),
-        "table": f'<table class="matrix"><thead>{head}</thead><tbody>{"".join(body)}</tbody></table>',
-        "verdicts": verdict_legend, "columns": column_legend, "findings": finding_legend,
-        "rules": rules_section, "details": details_html(rows, columns),
-    }
-    return re.sub(r"\{\{(\w+)\}\}", lambda match: parts[match.group(1)], asset("matrix.html"))
-
-
 def write_matrix(out: Path, data: dict) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "matrix.json").write_bytes(orjson.dumps(data, option=orjson.OPT_INDENT_2) + b"\n")
-    (out / "index.html").write_text(page(data))
+    (out / "index.html").write_text(page(data, out))
 
 
 def exit_code(rows: list[dict]) -> int:
@@ -1098,7 +946,7 @@ VERDICT_STYLE = {"pass": "green", "finding": "yellow", "failure": "bold red", "b
                                               "spark://HOST:PORT); the results are those of -j 1.")
 @click.option("--conf", "conf", multiple=True, metavar="KEY=VALUE", help="A Spark setting, with --master "
                                                                          "(repeatable).")
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("kpurgatory-out/matrix"),
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path(DEFAULT_OUT),
               show_default=True, help="Where matrix.json, index.html and the counterexamples are written.")
 @click.option("--merge", is_flag=True, help="Keep the rows of the matrix already in --out that this run does not "
                                             "redo (each row records its own date and budget): run a few releases "
@@ -1108,14 +956,14 @@ VERDICT_STYLE = {"pass": "green", "finding": "yellow", "failure": "bold red", "b
               help="A driver's results file of the test vectors (specs/vectors.md), or a folder of them: a row per "
                    "file, a column per profile and kind of vectors; repeatable. Given alone, no system is run.")
 @click.option("--page-only", is_flag=True, help="Run nothing: write --out's index.html again from its matrix.json "
-                                                "(after a change to the page), and each counterexample's page from "
-                                                "its trace where it is missing (the repository keeps the traces).")
+                                                "and the traces it names (after a change to the page).")
 def matrix_command(releases, adapters, impls, checks, seed, examples, steps, threads, thread_runs, timeout,
                    max_failures, jobs, master, conf, out, merge, implementations, page_only):
     """Run every check against every covered Kafka release (or the given systems) with one seed and budget, and
-    write the results as a table: OUT/matrix.json and one self-contained page, OUT/index.html, each cell pass,
-    finding (Kafka's own known misbehaviour), failure, broke, n/a or skipped, linked to the pages of its
-    counterexamples. Cells run in parallel with -j N, or on Spark with --master.
+    write the results: OUT/matrix.json and one self-contained page, OUT/index.html, which opens on which of Kafka's
+    known bugs each release has and whether the runs met it; then each cell, pass, finding (Kafka's own known
+    misbehaviour), failure, broke, n/a or skipped, with its counterexamples' steps and traces. Cells run in parallel
+    with -j N, or on Spark with --master.
 
     Exits 0 when every cell passed or has findings only, 1 when a system failed a check, 3 when a system could not
     be driven or a counterexample could not be written."""
@@ -1123,9 +971,8 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
         data = previous_matrix(out)
         if data is None:
             raise click.BadParameter(f"no {out / 'matrix.json'} to make the page of", param_hint="--out")
-        (out / "index.html").write_text(page(data))
-        views = write_missing_views(data, out)
-        click.echo(f"page: {safe(out / 'index.html')}" + (f"; {views} counterexample pages" if views else ""))
+        (out / "index.html").write_text(page(data, out))
+        click.echo(f"page: {safe(out / 'index.html')}")
         return
     if master and jobs > 1:
         raise click.UsageError("give -j/--jobs or --master, not both: on Spark the cluster's cores run the cells")
@@ -1153,7 +1000,7 @@ def matrix_command(releases, adapters, impls, checks, seed, examples, steps, thr
     console = command_console()
     started = time.monotonic()
     env = environment(subjects)
-    command = shlex.join(["kpurgatory", "matrix", *(sys.argv[2:] if sys.argv[1:2] == ["matrix"] else ())])
+    command = typed(sys.argv[2:] if sys.argv[1:2] == ["matrix"] else [], Path.cwd())
     # the pool forks before this process opens any system; Spark starts before the first row too
     runner = (Runner() if not subjects or jobs == 1 and not master else Processes(jobs) if not master else
               spark_runner(master, conf))

@@ -3,11 +3,13 @@ counterexamples; the exit code says the worst. The systems are fast in-process o
 the model with one planted difference each, defined here), never Kafka's jars: a release row is driven through a
 stand-in for the Kafka adapter's module."""
 
+import html
 import json
 import os
 import sys
 import types
 from pathlib import Path
+from urllib.parse import quote
 
 import attrs
 import click
@@ -18,7 +20,7 @@ from kpurgatory.conformance.adapters.reference import ModelSystem
 from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.tools import matrix
 from kpurgatory.conformance.traces.codec import read_traces
-from kpurgatory.conformance.traces.view import views_in
+from kpurgatory.conformance.traces.replay import format_command
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.releases import Release
 
@@ -120,7 +122,7 @@ def test_each_cell_has_its_verdict_and_the_exit_code_the_worst(importable, tmp_p
         assert line in result.output
 
 
-def test_every_counterexample_the_matrix_names_is_there_with_its_page(importable, tmp_path):
+def test_every_counterexample_the_matrix_names_is_there_and_on_the_page(importable, tmp_path):
     out = tmp_path / "m"
     result = invoke("--impl", "kafka-like=planted:KafkaLike", "--impl", "hostile=test_matrix:Hostile", "--checks",
                     "timer/exact", "--examples", "12", "--steps", "10", "--max-failures", "1", "--out", str(out))
@@ -129,11 +131,13 @@ def test_every_counterexample_the_matrix_names_is_there_with_its_page(importable
     data = json.loads((out / "matrix.json").read_text())
     named = [entry for row in data["rows"] for cell in row["cells"].values()
              for entry in cell["findings"] + cell["failures"]]
-    assert named and all(entry["trace"] and entry["view"] for entry in named)
+    assert named and all(entry["trace"] and "view" not in entry for entry in named)
+    page = (out / "index.html").read_text()
     for entry in named:
         assert not Path(entry["trace"]).is_absolute()  # relative to the page, so the folder can move
-        assert read_traces(out / entry["trace"])
-        assert views_in((out / entry["view"]).read_text())
+        [trace] = read_traces(out / entry["trace"])
+        assert f'href="{quote(entry["trace"])}"' in page  # linked, and its steps shown
+        assert html.escape(format_command(trace.steps[-1].command)) in page
     finding = data["rows"][0]["cells"]["timer/exact"]["findings"][0]
     assert finding["trace"] == f"kafka-like/timer-exact/finding-timer-1-{finding['name']}.jsonl"
     assert (out / finding["trace"]).with_suffix(".txt").exists()
@@ -185,10 +189,10 @@ def test_a_release_row_names_no_path_of_this_machine(tmp_path):
     Maven coordinates and the script's path relative to the page."""
     out = tmp_path / "docs" / "matrix"
     repository = Path.home() / ".m2" / "repository"
-    command = (f"{HERE.parents[1] / 'conformance' / 'examples' / 'kafka' / 'run.sh'} --era java-purgatory "
+    command = (f"bash {HERE.parents[1] / 'conformance' / 'kafka' / 'run.sh'} --era java-purgatory "
                f"--kafka-version 4.4.0 {repository}/org/apache/kafka/kafka-clients/4.4.0/kafka-clients-4.4.0.jar:"
                f"{repository}/com/yammer/metrics/metrics-core/2.2.0/metrics-core-2.2.0.jar")
-    expected = (f"{os.path.relpath(HERE.parents[1], out.resolve())}/conformance/examples/kafka/run.sh --era "
+    expected = (f"bash {os.path.relpath(HERE.parents[1], out.resolve())}/conformance/kafka/run.sh --era "
                 f"java-purgatory --kafka-version 4.4.0 "
                 f"org.apache.kafka:kafka-clients:4.4.0,com.yammer.metrics:metrics-core:2.2.0")
     assert matrix.portable(command, out) == expected
@@ -237,7 +241,7 @@ def test_merge_keeps_the_rows_this_run_does_not_redo(importable, tmp_path):
     (out / "index.html").unlink()
     rendered = invoke("--page-only", "--out", str(out))
     assert rendered.exit_code == 0, rendered.output
-    assert (out / "index.html").read_text() == matrix.page(json.loads((out / "matrix.json").read_text()))
+    assert (out / "index.html").read_text() == matrix.page(json.loads((out / "matrix.json").read_text()), out)
     (out / "matrix.json").write_text("{}")
     refused = invoke("--impl", "b=test_matrix:TimerOnly", "--merge", "--out", str(out))
     assert refused.exit_code == 2 and "is not a kpurgatory-matrix" in refused.output
@@ -270,7 +274,11 @@ def test_a_release_row_runs_its_adapter_and_says_which_rules_it_lacks(tmp_path, 
     assert "could not resolve Kafka 3.9.2" in rows["3.9.2"]["cells"]["timer/contract"]["note"]
     assert "does not cover 0.10.0.1" in rows["0.10.0.1"]["note"]
     page = (out / "index.html").read_text()
-    assert 'href="#rule-KAFKA-8334"' in page and 'id="rule-KAFKA-8334"' in page
+    grid = {row.partition('">')[0]: row for row in page.split('<tr data-row="')[1:4]}  # the grid: releases by version
+    assert list(grid) == ["0.10.0.1", "2.6.3", "3.9.2"] and 'id="bug-KAFKA-8334"' in page
+    assert 'data-state="unmet" title="2.6.3, before KAFKA-8334: has it' in grid["2.6.3"]  # it lacks the rule
+    assert 'data-state="fixed" title="3.9.2, before KAFKA-8334' in grid["3.9.2"]
+    assert 'class="badge broke"' in grid["3.9.2"] and "badge" not in grid["2.6.3"]
 
 
 def test_the_committed_matrix_page_is_the_page_of_its_data():
@@ -278,26 +286,53 @@ def test_the_committed_matrix_page_is_the_page_of_its_data():
     if not (folder / "matrix.json").exists():
         pytest.skip("no committed matrix")
     data = json.loads((folder / "matrix.json").read_text())
-    assert (folder / "index.html").read_text() == matrix.page(data), \
+    assert (folder / "index.html").read_text() == matrix.page(data, folder), \
         "docs/matrix/index.html is stale: kpurgatory matrix --page-only --out docs/matrix"
     entries = [entry for row in data["rows"] for cell in row["cells"].values()
                for entry in cell["findings"] + cell["failures"] if entry.get("trace")]
     assert entries and all((folder / entry["trace"]).is_file() for entry in entries)
 
 
-def test_page_only_writes_the_counterexample_pages_the_repository_leaves_out(tmp_path):
-    """The repository keeps a matrix's data and traces; its pages are made from them."""
+def test_page_only_makes_the_committed_page_from_what_the_repository_keeps(tmp_path):
+    """A fresh clone has the matrix's data and traces, and no counterexample's page: that is all the page needs."""
     folder = HERE.parents[1] / "docs" / "matrix"
     if not (folder / "matrix.json").exists():
         pytest.skip("no committed matrix")
-    copy = tmp_path / "matrix"
+    copy = tmp_path / "docs" / "matrix"
     for path in [folder / "matrix.json", *folder.glob("*/*/*.jsonl")]:
         (copy / path.relative_to(folder)).parent.mkdir(parents=True, exist_ok=True)
         (copy / path.relative_to(folder)).write_bytes(path.read_bytes())
     result = CliRunner().invoke(main, ["matrix", "--page-only", "--out", str(copy)])
     assert result.exit_code == 0, result.output
-    data = json.loads((copy / "matrix.json").read_text())
-    views = [copy / entry["view"] for row in data["rows"] for cell in row["cells"].values()
-             for entry in cell["findings"] + cell["failures"] if entry.get("view")]
-    assert views and all(view.is_file() for view in views)
-    assert f"{len(set(views))} counterexample pages" in result.output
+    assert (copy / "index.html").read_text() == (folder / "index.html").read_text()
+    assert sorted(path.suffix for path in copy.rglob("*") if path.is_file() and path.suffix != ".jsonl") == \
+        [".html", ".json"]  # nothing else written
+
+
+def test_the_command_is_recorded_as_typed_in_its_folder(importable, tmp_path, monkeypatch):
+    """The page's Regenerate line: no absolute path of the folder the matrix ran in, nor of the home directory."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "argv", ["kpurgatory", "matrix", "--impl", f"ok={BUILTIN}", "--checks", "timer/contract",
+                                      "--examples", "3", "--out", str(tmp_path / "docs" / "m")])
+    assert invoke(*sys.argv[2:]).exit_code == 0
+    data = json.loads((tmp_path / "docs" / "m" / "matrix.json").read_text())
+    assert data["command"] == f"kpurgatory matrix --impl ok={BUILTIN} --checks timer/contract --examples 3 --out docs/m"
+    assert "kpurgatory matrix --page-only --out docs/m" in (tmp_path / "docs" / "m" / "index.html").read_text()
+    home = Path.home()
+    assert matrix.typed(["--out", str(home / "m"), f"--adapter=a=python {tmp_path / 'a.py'} x", "--out=/srv/m"],
+                        tmp_path) == "kpurgatory matrix --out '~/m' '--adapter=a=python a.py x' --out=/srv/m"
+
+
+def test_a_kept_row_names_its_traces_once(tmp_path):
+    """--merge keeps a driver's words with the copy beside the page for the path it named, and leaves a path it
+    already rewrote alone."""
+    trace = "impl/vectors-timer-scenarios/case.observed.jsonl"
+    row = {"kind": "vectors", "target": "go driver, /tmp/x/results.json", "cells": {"vectors timer/scenarios": {
+        "note": "first: observed run: /tmp/drv/case.observed.jsonl", "findings": [], "failures": [
+            {"trace": trace, "view": trace.replace(".jsonl", ".html"),
+             "summary": f"observed run: /tmp/drv/case.observed.jsonl\nreplay it: kpurgatory replay {trace}"}]}}}
+    matrix.kept(row, tmp_path)
+    cell = row["cells"]["vectors timer/scenarios"]
+    assert cell["failures"][0] == {"trace": trace, "summary": f"observed run: {trace}\nreplay it: kpurgatory replay "
+                                                              f"{trace}"}
+    assert cell["note"] == f"first: observed run: {trace}" and row["target"] == "go driver, results.json"

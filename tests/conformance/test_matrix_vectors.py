@@ -1,5 +1,5 @@
 """``kpurgatory matrix --implementations``: drivers' results files of the test vectors join the matrix page, a row
-per implementation, a cell per profile and kind, each failing case linked to the page of its observed trace."""
+per implementation, a cell per profile and kind, each failing case linked to its observed trace, its steps shown."""
 
 import json
 
@@ -55,10 +55,11 @@ def test_results_files_join_the_page_with_verdicts_declarations_and_observed_tra
     assert good["cells"]["vectors purgatory/coverage"]["verdict"] == "n/a"
     failing = bad["cells"]["vectors timer/coverage"]
     assert failing["verdict"] == "failure" and failing["failures"][0]["signature"] == FAILING
-    view = out / failing["failures"][0]["view"]
-    assert view.is_file() and (out / failing["failures"][0]["trace"]).read_bytes() == observed.read_bytes()
+    trace = failing["failures"][0]["trace"]
+    assert (out / trace).read_bytes() == observed.read_bytes()
     page = (out / "index.html").read_text()
-    assert failing["failures"][0]["view"] in page and "<b>wheel</b>" not in page and "&lt;b&gt;wheel" in page
+    assert f'href="{trace}"' in page and "<b>wheel</b>" not in page and "&lt;b&gt;wheel" in page
+    assert "<td>advance(to_ms=5)</td><td>None; run(t)</td><td>None</td>" in page  # its steps, t never ran
 
 
 def test_a_file_that_is_not_a_results_file_is_a_usage_error(tmp_path):
