@@ -39,3 +39,7 @@ def test_a_broker_that_expires_ops_early_fails_on_time(tmp_path):
     assert list((out / "judged" / "failing").glob("*.html"))
     report = json.loads((out / "report" / "report.json").read_text())
     assert report["faults"].startswith("early_expire") and report["verdicts"]["summary"]["verdicts"]["fail"] >= 1
+    earliest = min(p["expiry_lateness_ms"]["min"] for p in report["purgatories"].values() if p["expiry_lateness_ms"])
+    assert earliest < -50  # ms: expired long before its deadline
+    page = (out / "report" / "index.html").read_text()
+    assert page.count("data:image/png;base64,") >= 2 and "<th>p99</th>" in page and "failing/" in page

@@ -4,6 +4,7 @@ early, keeps one pending past its deadline or leaves completed ops in its watch 
 rejected naming file, line and field."""
 
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,74 +16,8 @@ from kpurgatory.conformance.traces.codec import TraceFormatError, dumps, loads
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import Declarations, RealTime
 
-T0 = 7_000_000_000_000  # a nanoTime origin, as a JVM might have it
-
-
-class Log:
-    """An agent's event log, written event by event at a wall-clock millisecond."""
-
-    def __init__(self, kafka_version: str = "3.9.1"):
-        self.files = [[{"ev": "begin", "format": "kpurgatory-live", "version": 1, "kafka_version": kafka_version,
-                        "pid": 42, "file": 0, "t_ns": T0, "faults": ""}]]
-        self.ns = T0
-
-    def at(self, ms: float) -> "Log":
-        self.ns = T0 + int(ms * 1_000_000)
-        return self
-
-    def ev(self, thread: str, ev: str, **fields) -> "Log":
-        self.ns += 1000  # events of one millisecond keep their order
-        self.files[-1].append({"t_ns": self.ns, "thread": thread, "tid": hash(thread) % 1000, "ev": ev, **fields})
-        return self
-
-    # purgatory calls, each as the agent records it
-    def watch(self, thread, op, keys, delay_ms, result=False, tries=2, purgatory="Fetch", added=True):
-        self.ev(thread, "watch", phase="call", purgatory=purgatory, op=op, opclass="DelayedFetch", keys=keys,
-                delay_ms=delay_ms)
-        for attempt in range(1 if result else tries):
-            if result:
-                self.ev(thread, "complete", purgatory=purgatory, op=op)
-                self.ev(thread, "force", phase="return", purgatory=purgatory, op=op, result=True)
-            self.ev(thread, "try", phase="return", purgatory=purgatory, op=op, result=result)
-        if not result and added:
-            self.ev(thread, "timer_add", timer=f"executor-{purgatory}", task=op, delay_ms=delay_ms, op=op)
-        return self.ev(thread, "watch", phase="return", purgatory=purgatory, op=op, result=result)
-
-    def check(self, thread, key, completes=(), purgatory="Fetch", twice=False):
-        self.ev(thread, "check", phase="call", purgatory=purgatory, key=key)
-        for op in completes:
-            self.ev(thread, "complete", purgatory=purgatory, op=op)
-            if twice:
-                self.ev(thread, "complete", purgatory=purgatory, op=op)
-            self.ev(thread, "force", phase="return", purgatory=purgatory, op=op, result=True)
-            self.ev(thread, "try", phase="return", purgatory=purgatory, op=op, result=True)
-        return self.ev(thread, "check", phase="return", purgatory=purgatory, key=key, result=len(completes))
-
-    def expire(self, op, purgatory="Fetch", twice=False):
-        thread = f"executor-{purgatory}"
-        self.ev(thread, "complete", purgatory=purgatory, op=op)
-        if twice:
-            self.ev(thread, "complete", purgatory=purgatory, op=op)
-        self.ev(thread, "force", phase="return", purgatory=purgatory, op=op, result=True)
-        return self.ev(thread, "expire", purgatory=purgatory, op=op)
-
-    def advance(self, start_ms, end_ms, delayed=0, watched=0, purged=None, purgatory="Fetch"):
-        thread = f"ExpirationReaper-0-{purgatory}"
-        self.at(start_ms).ev(thread, "advance", phase="call", purgatory=purgatory, timeout_ms=200, delayed=delayed,
-                             watched=watched)
-        extra = {} if purged is None else {"purged": purged}
-        return self.at(end_ms).ev(thread, "advance", phase="return", purgatory=purgatory, timeout_ms=200,
-                                  delayed=delayed, watched=watched, **extra)
-
-    def end(self) -> "Log":
-        self.files[-1].append({"ev": "end", "t_ns": self.ns + 1000})
-        return self
-
-    def write(self, folder: Path) -> Path:
-        folder.mkdir(parents=True, exist_ok=True)
-        for number, lines in enumerate(self.files):
-            (folder / f"events-{number}.jsonl").write_text("".join(json.dumps(line) + "\n" for line in lines))
-        return folder
+sys.path.insert(0, str(Path(__file__).parent))
+from eventlog import T0, Log  # noqa: E402
 
 
 def healthy(**faults) -> Log:
@@ -354,19 +289,6 @@ def test_validate_traces_judges_a_live_window_by_its_properties(tmp_path):
     shrunk = loads(failed["trace_jsonl"])[0]
     assert len(shrunk.steps) < len(bad.steps)
     assert {x.property for x in judge_locally([shrunk])[0].violations} == {"on_time"}
-
-
-def test_the_report(tmp_path):
-    from kpurgatory.conformance.live.report import write_report
-
-    folder = healthy().write(tmp_path / "rec")
-    page = write_report(folder, tmp_path / "report")
-    document = json.loads((tmp_path / "report" / "report.json").read_text())
-    fetch = document["purgatories"]["Fetch"]
-    assert fetch["ops"] == 2 and fetch["completed"] == {"check": 1, "expire": 1}
-    assert fetch["purges"] == 1 and fetch["purged_entries"] == 2
-    assert fetch["expiry_lateness_ms"]["count"] == 1 and 0 <= fetch["expiry_lateness_ms"]["p50"] < 1
-    assert "data:image/png;base64," in page.read_text()
 
 
 def test_record_broker_usage_errors(tmp_path):
