@@ -68,6 +68,8 @@ enum {
     F_MICROSECOND_QUEUE = 1 << 7,
     F_CANCEL_KEEPS_ENTRY = 1 << 8,
     F_WINDOW_END_INSIDE = 1 << 9,
+    F_START_NOT_ROUNDED = 1 << 10,
+    F_ADVANCE_ROUNDS_UP = 1 << 11,
 };
 
 static const struct { const char *name; int bit; } FAULTS[] = {
@@ -81,6 +83,8 @@ static const struct { const char *name; int bit; } FAULTS[] = {
     {"kafka_938_time_unit", F_MICROSECOND_QUEUE},
     {"cancel_leaves_entry", F_CANCEL_KEEPS_ENTRY},
     {"window_end_inside", F_WINDOW_END_INSIDE},
+    {"start_not_rounded", F_START_NOT_ROUNDED},
+    {"advance_rounds_up", F_ADVANCE_ROUNDS_UP},
 };
 
 typedef struct Link { struct Link *prev, *next; } Link;
@@ -239,7 +243,7 @@ static Wheel *wheel_new(Core *c, i128 tick, Py_ssize_t size, i128 start)
     w->tick = tick;
     w->size = size;
     w->interval = tick * size;
-    w->current = start - start % tick;
+    w->current = (c->faults & F_START_NOT_ROUNDED) ? start : start - start % tick;
     w->buckets = buckets;
     for (Py_ssize_t i = 0; i < size; i++) {
         ring_init(&buckets[i].ring);
@@ -285,10 +289,11 @@ static int wheel_add(Core *c, Task *t)
     return changed ? heap_offer(c, b) : 1;
 }
 
-static void wheel_advance(Wheel *w, i128 time_ms)
+static void wheel_advance(Core *c, Wheel *w, i128 time_ms)
 {
     for (; w != NULL && time_ms >= w->current + w->tick; w = w->overflow) {
-        w->current = time_ms - time_ms % w->tick;
+        w->current = (c->faults & F_ADVANCE_ROUNDS_UP) ? (time_ms + w->tick - 1) / w->tick * w->tick
+                                                       : time_ms - time_ms % w->tick;
         time_ms = w->current;
     }
 }
@@ -611,7 +616,7 @@ static int core_drain(Core *c)
             return released;
         }
         Bucket *b = heap_pop(c);
-        wheel_advance(c->wheel, b->expiration_ms);
+        wheel_advance(c, c->wheel, b->expiration_ms);
         Link *link = b->ring.next;
         ring_init(&b->ring);
         b->expiration_ms = -1;

@@ -1,5 +1,7 @@
-"""Shared test settings: a Hypothesis profile for CI (derandomised, bounded), selected by CI=true; and the groups
-that keep tests sharing a resource on one pytest-xdist worker."""
+"""Shared test settings: a Hypothesis profile for CI (derandomised, bounded), selected by CI=true; the groups that
+keep tests sharing a resource on one pytest-xdist worker; and the page tests' fixtures: one headless Debian Chromium
+per module, a fresh page per test that fails the test on any script error (the page test modules skip themselves
+where Playwright or Chromium is missing)."""
 
 import os
 from pathlib import Path
@@ -19,18 +21,18 @@ if os.environ.get("PYTEST_XDIST_WORKER"):
 TESTS = Path(__file__).parent
 
 #: test modules (globs relative to tests/) that share something two workers must not use at once, by group:
-#: one local Spark per worker is heavy; concurrent Maven runs may corrupt ~/.m2; one Chromium; `npm ci` replaces the
-#: npm timer-wheel's node_modules that its own tests read; a language's driver tests build one project; the
-#: packaging tests build a wheel in the source tree; the obligations run once per worker
+#: one local Spark per worker is heavy; concurrent Maven runs may corrupt ~/.m2 (the installed wheel's --kafka commands
+#: in the packaging tests run Maven too); one Chromium; `npm ci` replaces the npm timer-wheel's node_modules that its
+#: own tests read; a language's driver tests build one project; the obligations run once per worker
 SHARED = {
     "spark": ["spark/test_*.py"],
     "maven": ["conformance/test_kafka_*.py", "impl/test_bench_kafka.py", "conformance/test_matrix.py",
-              "conformance/test_matrix_vectors.py", "examples/test_driver_java.py", "live/test_record_broker.py"],
-    "chromium": ["conformance/test_*_browser.py"],
+              "conformance/test_matrix_vectors.py", "examples/test_driver_java.py", "live/test_record_broker.py",
+              "test_packaging.py"],
+    "chromium": ["conformance/test_*_browser.py", "live/test_*_browser.py"],
     "npm": ["examples/test_driver_javascript.py", "external/test_npm_timer_wheel.py"],
     "cargo": ["examples/test_driver_rust.py"],
     "go": ["examples/test_driver_go.py"],
-    "packaging": ["test_packaging.py"],
     "interruption": ["conformance/test_interruption.py"],
     "obligations": ["specs/test_specs_interleaving.py", "specs/test_specs_obligations.py",
                     "specs/test_specs_refutations.py"],
@@ -38,9 +40,9 @@ SHARED = {
 
 
 #: test modules (globs relative to tests/) of the slow suites: Spark jobs, builds and runs of the language drivers and
-#: of Kafka's released jars, nested test runs, the mutants and the obligations, and the interruptions (the in-process
-#: livelocks they leave behind keep spinning in their worker, slowing every test after them there); `pytest -m slow` runs them (and the
-#: tests marked slow one by one), `pytest -m "not slow"` the rest (.ci/run runs both)
+#: of Kafka's released jars, nested test runs, the mutants and the obligations, and the interruptions (which wait out
+#: time limits); `pytest -m slow` runs them (and the tests marked slow one by one), `pytest -m "not slow"` the rest
+#: (.ci/run runs both)
 SLOW = ["spark/test_*.py", "examples/test_*.py", "conformance/test_kafka_releases.py", "conformance/test_matrix.py",
         "conformance/test_matrix_browser.py", "impl/test_bench_kafka.py", "impl/test_implementations.py",
         "external/test_npm_timer_wheel.py", "mutants/test_*.py", "specs/test_specs_obligations.py",
@@ -77,3 +79,26 @@ def pytest_xdist_make_scheduler(config, log):
             return group_of(config.rootpath / nodeid.split("::", 1)[0])
 
     return ByGroup(config, log)
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright import sync_api
+
+    from kpurgatory.conformance.traces.view_bench import launch_chromium
+
+    with sync_api.sync_playwright() as playwright:
+        browser = launch_chromium(playwright)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def page(browser):
+    page = browser.new_page(viewport={"width": 1400, "height": 1000})
+    page.set_default_timeout(120_000)  # every wait, generous: a loaded machine draws a page late, not wrongly
+    errors = []
+    page.on("pageerror", lambda error: errors.append(error))
+    yield page
+    page.close()
+    assert not errors, errors

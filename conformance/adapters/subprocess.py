@@ -88,8 +88,20 @@ class AdapterCrashed(AdapterError):
     kind = "adapter crashed"
 
 
+class SystemCrashed(AdapterCrashed):
+    """An in-process system's own process ended before it answered (a segfault, ``os._exit``)."""
+
+    kind = "system crashed"
+
+
 class AdapterTimedOut(AdapterError):
     kind = "adapter timed out"
+
+
+class SystemTimedOut(AdapterTimedOut):
+    """An in-process system did not answer within its time limit: a hang, as an adapter's, with no adapter."""
+
+    kind = "system timed out"
 
 
 class AdapterGarbage(AdapterError):

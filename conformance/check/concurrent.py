@@ -84,7 +84,8 @@ from rich.table import Table
 from kpurgatory.conformance.traces.replay import format_command, format_observation, read_for_command
 from kpurgatory.conformance.adapters.gates import Gates, GateSpec
 from kpurgatory.conformance.adapters.interleave import preempted
-from kpurgatory.conformance.adapters.subprocess import AdapterTimedOut, SubprocessSystem
+from kpurgatory.conformance.adapters.subprocess import (AdapterStopped, AdapterTimedOut, SubprocessSystem,
+                                                         SystemTimedOut)
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.check import strategies
 from kpurgatory.conformance.check.findings import Signature
@@ -101,6 +102,8 @@ DRAIN = "drain"
 #: the op the drain watches on every key and forces, leaving a stale entry on each
 STALE_OP = "drain.stale"
 CLOCK = "clock"
+#: how a call that failed by not answering is recorded (``Timing.failure`` starts with its class)
+HUNG = tuple(f"{error.__name__}:" for error in (AdapterTimedOut, AdapterStopped, SystemTimedOut))
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -981,7 +984,7 @@ def signature(violation: Violation, history: Trace) -> Signature:
     named = [steps[seq] for seq in violation.seqs[:1 if violation.cause else 2]]
     if violation.property == "no_failure":
         failure = named[0].timing.failure
-        if failure is None or failure.startswith(f"{AdapterTimedOut.__name__}:"):
+        if failure is None or failure.startswith(HUNG):
             return Signature("hung", named[0].command.name, "")
         return Signature("raised", named[0].command.name, failure.partition(":")[0])
     detail = violation.property + (f" ({violation.cause})" if violation.cause else "")

@@ -26,8 +26,9 @@ from typing import Callable
 
 import attrs
 
-from kpurgatory.conformance.adapters.subprocess import (AdapterCrashed, AdapterError, AdapterFailed, AdapterGarbage, AdapterStopped,
-                                                         AdapterTimedOut, ProtocolViolation)
+from kpurgatory.conformance.adapters.subprocess import (AdapterCrashed, AdapterError, AdapterFailed, AdapterGarbage,
+                                                         AdapterStopped, AdapterTimedOut, ProtocolViolation,
+                                                         SystemCrashed, SystemTimedOut)
 from kpurgatory.conformance.check.compare import Difference
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
@@ -87,7 +88,8 @@ class Recorded(Exception):
 
 
 #: the adapter errors a counterexample may record, each by the kind its text starts with
-RECORDED_KINDS = (AdapterCrashed, AdapterTimedOut, AdapterStopped, AdapterGarbage, ProtocolViolation, AdapterFailed)
+RECORDED_KINDS = (AdapterCrashed, SystemCrashed, AdapterTimedOut, AdapterStopped, SystemTimedOut, AdapterGarbage,
+                  ProtocolViolation, AdapterFailed)
 #: where an adapter error's text gives way to the adapter's stderr (`AdapterError`)
 STDERR_TAIL = "\n--- adapter stderr (tail) ---\n"
 
@@ -150,11 +152,14 @@ def family(error: Exception | None) -> str | None:
 # Kafka's timer in Java long arithmetic
 # ---------------------------------------------------------------------------------------------------------------
 
-#: levels an add may climb before Kafka's recursion counts as endless. Climbs are nearly all short or endless: of 3,000
-#: random far adds, 1,043 had not ended after 30,000 levels, 8 ended between 300 and 18,000 levels, the rest within
-#: 300 (where one ends past this limit, Kafka's JVM may well have overflowed its stack first)
-CLIMB_LIMIT = 2_000
-ENDLESS_CLIMB = f"an add climbed past {CLIMB_LIMIT} overflow wheels of wrapped intervals"
+#: levels an add's climb is followed: past them it fails, whether or not it would end, for Kafka's TimingWheel.add
+#: recurses once a level and a stack of 3 MB or less does not hold this many frames (a JVM's default 1 MB holds about
+#: 5,400). Within them a climb is followed to its end, or known endless once its ticks repeat (`climb_period`).
+CLIMB_LIMIT = 1 << 14
+#: levels of recursion any JVM stack holds: a climb that ends further up may succeed or overflow the system's stack
+#: (the stack's size and the frames' decide), and either is Kafka's
+STACK_SAFE_CLIMB = 2_000
+ENDLESS_CLIMB = "an add climbs overflow wheels of wrapped intervals that never cover its deadline"
 #: bucket releases in one advance before it counts as a livelock (a run holds at most a few dozen entries)
 RELEASE_LIMIT = 10_000
 
@@ -192,6 +197,7 @@ class KafkaTimer:
     without end or never leaves a loop, `KafkaFailed` says which."""
 
     def __init__(self, tick_ms: int, wheel_size: int, start_ms: int):
+        self.climbed = 0  # the most levels an add of the current step climbed above the first
         self.now = start_ms
         self.size = wheel_size
         self.levels = [self._level(tick_ms, start_ms)]
@@ -204,6 +210,7 @@ class KafkaTimer:
         """Kafka's timer in the model's state: the state it is in as long as no step made it compute a sum past
         Long.MAX_VALUE (`near_the_edge`)."""
         kafka = cls.__new__(cls)
+        kafka.climbed = 0
         kafka.now, kafka.size, kafka.levels, kafka.where = timer.now_ms, timer.wheel_size, [], {}
         buckets: dict[int, KafkaBucket] = {}
         for wheel in timer.timing_wheel.levels():
@@ -241,6 +248,7 @@ class KafkaTimer:
         foreseen = False
         for k in range(CLIMB_LIMIT):
             level = self.levels[k]
+            self.climbed = max(self.climbed, k)
             if expiration < PY.add(level.current, level.tick):
                 return False
             if expiration < PY.add(level.current, level.interval):
@@ -267,18 +275,18 @@ class KafkaTimer:
         """Raise the failure that the climb past the top level ``top`` (whose current time is 0) ends in, if it
         fails, without building the levels: an endless climb would build `CLIMB_LIMIT` of them for each such add. A
         level created from a current time of 0 starts at 0 (0 - 0 % tick), so the climb compares the deadline with
-        each new level's tick and interval alone, and each interval is the next level's tick."""
+        each new level's tick and interval alone, and each interval is the next level's tick: once the ticks
+        repeat, so does every comparison, and a climb that has not ended within one period never will."""
         tick = self.levels[top].interval  # of the level the climb creates next
         span = 2 ** PY.width  # PY.mul is written out below: the loop may run CLIMB_LIMIT times
-        for k in range(top + 1, CLIMB_LIMIT + 1):
+        for _ in range(top + 1, min(top + 1 + climb_period(tick, self.size), CLIMB_LIMIT)):
             if tick == 0:
-                self._level(tick, 0)  # raises divide-by-zero, as creating level k does
-            if k == CLIMB_LIMIT:
-                raise KafkaFailed("recursion", ENDLESS_CLIMB)
+                self._level(tick, 0)  # raises divide-by-zero, as creating that level does
             interval = (tick * self.size - PY.min) % span + PY.min
             if expiration < tick or expiration < interval:
-                return  # due at, or placed in, level k: the climb ends there
+                return  # due at, or placed in, this level: the climb ends there
             tick = interval
+        raise KafkaFailed("recursion", ENDLESS_CLIMB)
 
     def advance(self, to_ms: int) -> list[str]:
         """advanceClock on the virtual clock: release every bucket due by ``to_ms``; the tasks run, in order."""
@@ -317,6 +325,20 @@ class KafkaTimer:
 
     def queued(self) -> list[int]:
         return sorted(expiration for expiration, _, _ in self.queue)
+
+
+def climb_period(tick: int, size: int) -> int:
+    """Levels after which a climb's ticks repeat. Level k's tick is ``tick`` * ``size``^k modulo 2^64; for an odd
+    size that repeats with the multiplicative order of ``size`` modulo 2^(64 - the trailing zero bits of ``tick``), a
+    power of two (found by squaring, at most 62 times). An even size makes the tick 0 within 64 levels."""
+    if size % 2 == 0:
+        return PY.width
+    unsigned = tick % 2 ** PY.width
+    modulus = 2 ** (PY.width - ((unsigned & -unsigned).bit_length() - 1))
+    power, period = size % modulus, 1
+    while power != 1 % modulus:
+        power, period = power * power % modulus, period * 2
+    return period
 
 
 def climbs_past_long_max(timer: SystemTimer, expiration: int) -> bool:
@@ -369,13 +391,16 @@ class Edge:
     """What Kafka's timer does on one step where its arithmetic wraps, judged from its state before the step:
     ``failure`` how it fails (`KafkaFailed` kinds), ``early`` the tasks or ops it runs (expires) there that the model
     does not, ``late`` those the model runs and Kafka does not, ``wrapped_deadline`` whether the step's now + delay_ms
-    passed Long.MAX_VALUE, ``read_out_differs`` whether Kafka's wheel or delay-queue read-out is not the model's."""
+    passed Long.MAX_VALUE, ``read_out_differs`` whether Kafka's wheel or delay-queue read-out is not the model's,
+    ``deep_climb`` whether an add climbed past `STACK_SAFE_CLIMB` levels, where Kafka may overflow its stack before
+    the climb ends as predicted."""
 
     failure: str | None = None
     early: frozenset[str] = frozenset()
     late: frozenset[str] = frozenset()
     wrapped_deadline: bool = False
     read_out_differs: bool = False
+    deep_climb: bool = False
 
 
 def timer_runs(observation: v.Observation | None) -> set[str]:
@@ -421,6 +446,7 @@ class KafkaShadow:
         model_ran = timer_runs(expected)
         ran: list[str] = []
         failure, wrapped = None, expected.error == "delay_out_of_range"
+        kafka.climbed = 0
         try:
             if isinstance(command, v.Advance):
                 ran = kafka.advance(command.to_ms)
@@ -444,7 +470,7 @@ class KafkaShadow:
         read_out = (isinstance(command, v.Wheel) and kafka.describe() != expected.result
                     or isinstance(command, v.DelayQueue) and kafka.queued() != expected.result)
         edge = Edge(failure, frozenset(ran) - model_ran, frozenset(model_ran - set(ran)) if failure is None else
-                    frozenset(), wrapped, read_out)
+                    frozenset(), wrapped, read_out, kafka.climbed > STACK_SAFE_CLIMB)
         if edge == Edge():
             return None
         self.derailed = edge.failure is not None or bool(edge.early or edge.late) or edge.wrapped_deadline
@@ -474,15 +500,25 @@ FAILS_LIKE: dict[str, frozenset[str | None]] = {
 }
 
 
-def fails_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
-    """The system failed in the family Kafka's timer fails in on this step (a crash counts where Kafka recurses
-    without end: a native stack overflow kills the process, with or without last words)."""
-    if edge.failure is None or error is None:
+def fails_like(failure: str | None, error: Exception | None) -> bool:
+    """The system failed (``error``) in the family of Kafka's timer failing as ``failure`` (a crash counts where
+    Kafka recurses: a native stack overflow kills the process, with or without last words)."""
+    if failure is None or error is None:
         return False
     outcome = family(error)
     if outcome is None and isinstance(error, AdapterCrashed):
         outcome = "crashed"
-    return outcome in FAILS_LIKE[edge.failure]
+    return outcome in FAILS_LIKE[failure]
+
+
+def fails_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
+    """The system failed in the family Kafka's timer fails in on this step."""
+    return fails_like(edge.failure, error)
+
+
+def overflows_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
+    """The system failed as Kafka's recursion does, on a climb without end or deeper than every stack holds."""
+    return (edge.failure == "recursion" or edge.deep_climb) and fails_like("recursion", error)
 
 
 def answers_or_fails_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
@@ -551,9 +587,9 @@ FINDINGS = (
                                      "ArrayIndexOutOfBoundsException",
             lambda edge, command, expected: edge.failure == "index-out-of-bounds", fails_like_kafka),
     Finding("odd-wheel-recursion", "the overflow intervals wrap without ever reaching 0 (odd wheel sizes), so the add "
-                                   "climbs to new overflow wheels without end: StackOverflowError, or minutes and "
-                                   "gigabytes of wheels (a hang)",
-            lambda edge, command, expected: edge.failure == "recursion", fails_like_kafka),
+                                   "climbs to new overflow wheels without end, or for more levels than a stack holds: "
+                                   "StackOverflowError, or minutes and gigabytes of wheels (a hang)",
+            lambda edge, command, expected: edge.failure == "recursion" or edge.deep_climb, overflows_like_kafka),
     Finding("reinsertion-livelock", "an advance releases a bucket whose entry is re-inserted into that same bucket "
                                     "(its level's window wrapped), so the flush never empties it: the reaper spins "
                                     "(a hang)",
@@ -585,5 +621,6 @@ def foreseen(edge: Edge | None, command: v.Command, expected: v.Observation,
     be sent to know how it ends."""
     if edge is None:
         return None
+    edge = attrs.evolve(edge, deep_climb=False)  # a climb that ends, however deep, ends soon
     return next((finding for finding in FINDINGS if finding.name in COSTLY and finding.signature in known
                  and finding.inputs(edge, command, expected)), None)

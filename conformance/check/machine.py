@@ -11,8 +11,8 @@ the clock stays within its maximum deadline. A rule whose command the system's h
 release without the call) is never chosen.
 
 Since nothing the system answers steers a run, the whole run is known before it is sent: `judge` sends it in one
-batch to a system that takes batches (an adapter with the protocol's ``batch`` feature, an in-process system on its
-worker thread) and compares each answer exactly as `kpurgatory replay` does (`replay.StepChecker`: the model's
+batch to a system that takes batches (an adapter with the protocol's ``batch`` feature, an in-process system in its
+own process) and compares each answer exactly as `kpurgatory replay` does (`replay.StepChecker`: the model's
 observation at level ``exact``, the contract properties as an invariant at both levels). The first failing step ends
 the run with a `Divergence`; the steps it carries are the model's observations, so a counterexample is a test vector
 in the trace format. A step whose system fails to answer (raises, crashes, hangs past its time limit or says itself
@@ -65,7 +65,7 @@ FINDING_SHRINK_BUDGET = 100
 REFERENCE_BROKE = "reference broke"
 #: the signature kinds of a system that broke: a batch it breaks on is sent again one request at a time to a fresh
 #: system, to find where; shrinking such a failure sends one request at a time from the start
-BREAKS = ("adapter crashed", "adapter wrote garbage", "protocol violation", "hung")
+BREAKS = ("adapter crashed", "system crashed", "adapter wrote garbage", "protocol violation", "hung")
 
 
 class Stop(BaseException):

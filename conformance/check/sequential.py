@@ -17,6 +17,7 @@ failure.
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import random
 import shlex
@@ -41,8 +42,8 @@ from rich.table import Table
 
 from kpurgatory.conformance.adapters import BUILTIN, one_target, system_factory
 from kpurgatory.conformance.adapters.kafka import release_of, with_kafka_option
-from kpurgatory.conformance.adapters.subprocess import AdapterError, SubprocessSystem
-from kpurgatory.conformance.adapters.timed import TimedSystem
+from kpurgatory.conformance.adapters.subprocess import AdapterError
+from kpurgatory.conformance.adapters.forked import ForkedSystem, makes_adapter
 from kpurgatory.conformance.check import corpus as shared
 from kpurgatory.conformance.check.compare import LEVELS
 from kpurgatory.conformance.cli import Interrupted
@@ -52,7 +53,7 @@ from kpurgatory.conformance.check.workers import judge_run, judged_runs, merge
 from kpurgatory.conformance.check.machine import (BREAKS, FINDING_SHRINK_BUDGET, HANG_BUDGET, REFERENCE_BROKE, SHRINK_BUDGET,
                                                   Abort, Cut, Divergence, Drawn, ReferenceBroke, Session, Stop,
                                                   draw_run, judge, minimise, rerun)
-from kpurgatory.conformance.traces.replay import ReplayReport, print_report, with_target_options
+from kpurgatory.conformance.traces.replay import ReplayReport, StepOutcome, print_report, with_target_options
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.terminal import command_console, counted, markup, safe
 from kpurgatory.conformance.traces.codec import Header, Step, Trace, TraceFormatError, dumps, write_traces
@@ -263,15 +264,11 @@ def close(system: SystemUnderTest) -> None:
 
 
 def time_limited(factory: Callable[[], SystemUnderTest], timeout: float | None) -> Callable[[], SystemUnderTest]:
-    """``factory`` with its in-process systems' calls limited to ``timeout`` seconds (`TimedSystem`)."""
-    if timeout is None:
+    """``factory`` with its in-process systems made in a process of their own, each call limited to ``timeout``
+    seconds (`ForkedSystem`); an adapter is a process of its own already."""
+    if timeout is None or makes_adapter(factory):
         return factory
-
-    def make() -> SystemUnderTest:
-        system = factory()
-        return system if isinstance(system, SubprocessSystem) else TimedSystem(system, timeout)
-
-    return make
+    return functools.partial(ForkedSystem, factory, timeout)
 
 
 def reported(stop: Stop, trace_id: str, repeats: int, hello: Hello, profile: str, level: str, seed: int,
@@ -280,10 +277,14 @@ def reported(stop: Stop, trace_id: str, repeats: int, hello: Hello, profile: str
     answers, written to ``out_dir`` (when given) with its step table and page."""
     description = (f"counterexample from `kpurgatory check --profile {profile} --level {level} --seed {seed}` "
                    f"against {hello.implementation}: {stop.summary}")
+    steps = with_answers(stop)
     counterexample = Trace(Header(trace_id, profile, stop.params, description=description,
-                                  declarations=hello.declarations), with_answers(stop))
+                                  declarations=hello.declarations), steps)
+    last = steps[-1] if steps else None
+    unanswered = (StepOutcome(last.seq, last.command, last.observation, None, None, failed=f"failed: {last.system}")
+                  if last is not None and isinstance(last.system, str) else None)
     report = ReplayReport(counterexample, "system", level, tuple(stop.outcomes), stop.error, stop.error is not None,
-                          finding=stop.finding)
+                          finding=stop.finding, unanswered=unanswered)
     found = Found(stop.signature, stop.summary, counterexample, report,
                   None if isinstance(stop, (Abort, ReferenceBroke)) else len(stop.steps), stop.finding, repeats,
                   unfinished=stop.unfinished)

@@ -211,6 +211,30 @@ class OverflowStartsAhead(Wheel):
         return self.overflow_wheel
 
 
+class StartNotRounded(Wheel):
+    """A wheel starts at its start time itself, not rounded down to its tick: with a tick above 1 and a start off
+    the tick, the first wheel's window, and every overflow wheel's, begins mid-tick."""
+
+    __slots__ = ()
+
+    def __init__(self, tick_ms: int, wheel_size: int, start_ms: int, queue: DelayQueue, counter) -> None:
+        super().__init__(tick_ms, wheel_size, start_ms, queue, counter)
+        self.current_time_ms = start_ms
+
+
+class AdvanceRoundsUp(Wheel):
+    """Advancing moves a wheel's clock to the time rounded up to its tick, not down: a level above the first runs
+    ahead of the finer one, and its window with it."""
+
+    __slots__ = ()
+
+    def advance_clock(self, time_ms: int) -> None:
+        if time_ms >= self.current_time_ms + self.tick_ms:
+            self.current_time_ms = -(-time_ms // self.tick_ms) * self.tick_ms
+            if self.overflow_wheel is not None:
+                self.overflow_wheel.advance_clock(self.current_time_ms)
+
+
 class WindowEndInside(Wheel):
     """The window test is ``E <= c + interval`` instead of ``E < c + interval``: an entry due exactly one interval
     ahead stays on the level whose window it ends, in the bucket of the level's current slot (the one being emptied
@@ -540,6 +564,14 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant("window_end_inside", "the window test is E <= c + interval instead of E < c + interval: an entry due "
                                 "exactly one interval ahead stays on the level, in its current slot's bucket",
            "off-by-one: window end (interval)", "timer", WindowEndInside),
+    Mutant("start_not_rounded", "a wheel starts at its start time, not rounded down to its tick",
+           "clock rounding: start", "timer", StartNotRounded),
+    Mutant("advance_rounds_up", "advancing rounds a wheel's clock up to its tick instead of down",
+           "clock rounding: advance", "timer", AdvanceRoundsUp,
+           blind=(("contract", "impl asks whether an entry is due at the first wheel only, whose clock moves to bucket "
+                               "expirations, multiples of its tick: a coarser clock rounded up only widens its "
+                               "wheel's window, so entries reach finer wheels sooner and still run on time; only the "
+                               "wheel read-out shows it"),)),
     Mutant("cancel_key_keeps_timeout", "cancelForKey does not cancel its ops' timer entries: a cancelled op still "
                                        "times out",
            "cancelForKey: timer entry kept", "purgatory", CancelKeepsTimeout, pure_python=True),

@@ -40,8 +40,8 @@ from kpurgatory.conformance.adapters.kafka import with_kafka_option
 from kpurgatory.conformance.adapters.subprocess import AdapterFailed
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
 from kpurgatory.conformance.terminal import command_console, counted, markup, safe
-from kpurgatory.conformance.traces.codec import (MODEL, Trace, TraceFormatError, collector_paused, command_to_json,
-                                                 read_traces)
+from kpurgatory.conformance.traces.codec import (MODEL, Step, Trace, TraceFormatError, collector_paused,
+                                                 command_to_json, read_traces)
 from kpurgatory.model import CommandError, Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import KAFKA, ContractMonitor, Declarations, Violation
@@ -70,6 +70,8 @@ class StepOutcome:
     recorded: v.Observation | None
     observed: v.Observation | None
     failures: tuple[Failure, ...] = ()
+    #: how the system failed to answer the step (raised, crashed, hung), where it did
+    failed: str | None = None
 
 
 @attrs.frozen
@@ -90,6 +92,8 @@ class ReplayReport:
     failed_as: str | None = None
     #: the Kafka misbehaviour the failure is (the system's, or the recording's), if it is one (`findings.FINDINGS`)
     finding: Finding | None = None
+    #: the step the system failed to answer (``error``), shown after the outcomes
+    unanswered: StepOutcome | None = None
 
     @property
     def exit_code(self) -> int:
@@ -193,22 +197,26 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
     # (and a recording's: a recording of Kafka's classes does what they do)
     shadow = findings.KafkaShadow() if sut is not None or recording is not None else None
 
-    def report(error: str | None = None, broken: bool = False) -> ReplayReport:
-        return ReplayReport(trace, "system" if sut is not None else "model", level, tuple(outcomes), error, broken,
-                            explanation, other_side_of, failed_as=failed_as, finding=finding)
-
-    def failed(where: str, command: v.Command | None, expected: v.Observation | None, error: Exception
+    def report(error: str | None = None, broken: bool = False, unanswered: StepOutcome | None = None
                ) -> ReplayReport:
+        return ReplayReport(trace, "system" if sut is not None else "model", level, tuple(outcomes), error, broken,
+                            explanation, other_side_of, failed_as=failed_as, finding=finding, unanswered=unanswered)
+
+    def failed(step: Step | None, expected: v.Observation | None, error: Exception) -> ReplayReport:
+        """The system failed to answer ``step`` (None: init)."""
         nonlocal failed_as, finding
+        where = "init" if step is None else f"step {step.seq}"
         failed_as = findings.error_signature(where, error).kind
-        finding = findings.recognise(edge, command, expected, None, error)
-        return report(f"{where}: system failed: {error}", broken=True)
+        finding = findings.recognise(edge, step and step.command, expected, None, error)
+        unanswered = None if step is None else StepOutcome(
+            step.seq, step.command, expected, step.observation if recording else None, None, failed=f"failed: {error}")
+        return report(f"{where}: system failed: {error}", broken=True, unanswered=unanswered)
 
     if system is not None:
         try:
             system.init(header.profile, header.params)
         except Exception as error:  # noqa: BLE001 - the system failed: the report says how
-            return failed("init", None, None, error)
+            return failed(None, None, error)
 
     # the model's and the comparison's objects form no cycles that outlive the replay; a live system's may
     with collector_paused() if system is None else contextlib.nullcontext():
@@ -231,12 +239,12 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
                     named.append(findings.recognise(edge, step.command, claimed, step.observation, None))
             observed = step.system if answers else None
             if isinstance(observed, str):  # the recorded system failed to answer here: as check met it
-                return failed(f"step {step.seq}", step.command, expected, findings.recorded_error(observed))
+                return failed(step, expected, findings.recorded_error(observed))
             if system is not None and v.supported(step.command, features):
                 try:
                     observed = system.step(step.command)
                 except Exception as error:  # the system failed: stop, keep the trace so far
-                    return failed(f"step {step.seq}", step.command, expected, error)
+                    return failed(step, expected, error)
             if observed is not None:
                 if system_failures := sut.check(step.command, expected, observed):
                     failures += system_failures
@@ -305,7 +313,7 @@ def step_table(report: ReplayReport, window: int | None = 12) -> Table:
     if has_system:
         table.add_column("system")
     table.add_column("")
-    outcomes = report.outcomes
+    outcomes = (*report.outcomes, report.unanswered) if report.unanswered else report.outcomes
     if window is not None and len(outcomes) > window:
         table.add_row("…", agreeing(len(outcomes) - window, "earlier step"), "",
                       *([""] * (has_recording + has_system)), "")
@@ -315,8 +323,8 @@ def step_table(report: ReplayReport, window: int | None = 12) -> Table:
         if has_recording:
             cells.append(markup(format_observation(outcome.recorded)))
         if has_system:
-            cells.append(markup(format_observation(outcome.observed)))
-        mark = Text("✗", style="bold red") if outcome.failures else Text("✓", style="green")
+            cells.append(markup(outcome.failed or format_observation(outcome.observed)))
+        mark = Text("✗", style="bold red") if outcome.failures or outcome.failed else Text("✓", style="green")
         table.add_row(*cells, mark)
     return table
 
@@ -536,20 +544,22 @@ def scenario_verdict(report: ReplayReport) -> tuple[str, str]:
     if report.other_side_of:
         return f"[cyan]other side of {', '.join(report.other_side_of)}[/]", "other side"
     if report.failed_as is not None:
-        words = {"adapter crashed": "crashed", "raised": "crashed", AdapterFailed.kind: "failed to execute"}
+        words = {"adapter crashed": "crashed", "system crashed": "crashed", "raised": "crashed",
+                 AdapterFailed.kind: "failed to execute"}
         return f"[bold red]{words.get(report.failed_as, report.failed_as)}[/]", "broken"
     return "[bold red]FAIL[/]", "malformed" if report.error else "failed"
 
 
 def open_time_limited(impl: str | None, adapter: str | None, timeout: float):
-    """`open_target`, with each call of an in-process system limited to ``timeout`` seconds too (`TimedSystem`)."""
+    """`open_target`, with an in-process system in a process of its own, each call limited to ``timeout`` seconds
+    too (`ForkedSystem`)."""
     from kpurgatory.conformance.adapters import Target, system_factory
-    from kpurgatory.conformance.adapters.timed import TimedSystem
+    from kpurgatory.conformance.adapters.forked import ForkedSystem
 
     factory = system_factory(impl, adapter, timeout)
     if factory is None:
         return None
-    system = factory() if adapter else TimedSystem(factory(), timeout)
+    system = factory() if adapter else ForkedSystem(factory, timeout)
     try:
         return Target(system, system.hello())
     except BaseException:

@@ -3,6 +3,7 @@ They are importable (``planted:HangsInAdvance``) so the tests can also serve the
 
 from __future__ import annotations
 
+import ctypes
 import os
 import time
 from pathlib import Path
@@ -28,6 +29,25 @@ class HangsInAdvance(ModelSystem):
         if isinstance(command, v.Advance) and self.cancelled:
             while True:
                 pass
+        return super().step(command)
+
+
+class SpinsInNativeCode(ModelSystem):
+    """Stops in native code on an advance while holding the interpreter lock, as a C extension's livelock does:
+    libc's pause() called through ``ctypes.PyDLL``, which keeps the lock, so no thread of its process runs again."""
+
+    def step(self, command):
+        if isinstance(command, v.Advance):
+            ctypes.PyDLL(None).pause()
+        return super().step(command)
+
+
+class ExitsInAdvance(ModelSystem):
+    """Ends its own process on an advance, as a native crash (a segfault) would, with no exception to raise."""
+
+    def step(self, command):
+        if isinstance(command, v.Advance):
+            os._exit(3)
         return super().step(command)
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
-from kpurgatory.conformance.adapters.timed import TimedSystem
+from kpurgatory.conformance.adapters.subprocess import SubprocessSystem, SystemCrashed
+from kpurgatory.conformance.adapters.forked import ForkedSystem
 from kpurgatory.conformance.check.findings import Signature
 from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.cli import main
@@ -36,8 +36,8 @@ def importable(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(HERE))
 
 
-def test_a_hung_in_process_call_is_interrupted_and_the_harness_goes_on():
-    system = TimedSystem(planted.HangsInAdvance(), timeout=0.2)
+def test_a_hung_in_process_call_is_stopped_with_its_process_and_the_harness_goes_on():
+    system = ForkedSystem(planted.HangsInAdvance, timeout=0.2)
     system.init("timer", v.Params(1, 4, 0, 1000))
     system.step(v.TimerAdd("t0", 5))
     system.step(v.TimerCancel("t0"))
@@ -45,10 +45,30 @@ def test_a_hung_in_process_call_is_interrupted_and_the_harness_goes_on():
     with pytest.raises(Exception, match="no answer to advance within 0.2 s"):
         system.step(v.Advance(1))
     assert time.monotonic() - started < 2.0
-    system.worker.join(1.0)
-    assert not system.worker.is_alive()  # it no longer takes the interpreter from the examples after it
+    assert not system.process.is_alive()  # killed: it takes no core from the examples after it
     with pytest.raises(Exception, match="no answer to advance"):
         system.step(v.Size())
+
+
+def test_a_system_that_ends_its_own_process_has_crashed():
+    system = ForkedSystem(planted.ExitsInAdvance, timeout=5.0)
+    played = system.play("timer", v.Params(1, 4, 0, 1000), [v.TimerAdd("t0", 5), v.Advance(1)])
+    assert len(played.observed) == 1 and isinstance(played.error, SystemCrashed)
+    assert "system crashed: its process exited with code 3 before answering advance" == str(played.error)
+    system.close()
+
+
+def test_a_system_spinning_in_native_code_with_the_interpreter_lock_is_stopped_too():
+    """A C extension's livelock holds the interpreter lock, so no thread of its process runs again (no time limit,
+    no signal handler): its own process is killed from outside."""
+    system = ForkedSystem(planted.SpinsInNativeCode, timeout=0.3)
+    system.init("timer", v.Params(1, 4, 0, 1000))
+    started = time.monotonic()
+    played = system.play("timer", v.Params(1, 4, 0, 1000), [v.TimerAdd("t0", 5), v.Advance(1), v.Size()])
+    assert time.monotonic() - started < 3.0
+    assert [observation.result for observation in played.observed] == [None]  # the answer before the hang is kept
+    assert "no answer to advance within 0.3 s" in str(played.error)
+    system.close()
 
 
 def test_a_system_that_hangs_in_process_is_reported_within_the_limit_and_shrunk():
@@ -56,7 +76,8 @@ def test_a_system_that_hangs_in_process_is_reported_within_the_limit_and_shrunk(
     assert not result.passed
     [hang] = result.failures
     assert hang.signature == Signature("hung", "advance", "")
-    assert "no answer to advance within 0.3 s" in hang.summary
+    assert "system timed out: no answer to advance within 0.3 s" in hang.summary  # no adapter to name
+    assert "adapter" not in hang.summary
     assert hang.shrunk_length <= 5 and isinstance(hang.counterexample.steps[-1].command, v.Advance)
     assert any(isinstance(step.command, v.TimerCancel) for step in hang.counterexample.steps)
     assert result.time_to_first_failure_s < 10

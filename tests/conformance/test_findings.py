@@ -8,12 +8,15 @@ import functools
 import sys
 from pathlib import Path
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
 import pytest
 
 from kpurgatory.conformance.adapters.subprocess import (AdapterCrashed, AdapterFailed, AdapterTimedOut,
                                                          SubprocessSystem)
-from kpurgatory.conformance.adapters.timed import TimedSystem
-from kpurgatory.conformance.check.findings import FINDINGS, KafkaShadow, KafkaTimer, family, recognise
+from kpurgatory.conformance.adapters.forked import ForkedSystem
+from kpurgatory.conformance.check.findings import (CLIMB_LIMIT, FINDINGS, KafkaFailed, KafkaShadow, KafkaTimer,
+                                                   climb_period, family, foreseen, recognise)
 from kpurgatory.conformance.check.machine import Session, rerun
 from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.model import Model
@@ -50,7 +53,7 @@ def edge_of(params: v.Params, commands: list[v.Command], profile: str = "timer")
 
 def answer(system, params: v.Params, commands: list[v.Command], profile: str = "timer"):
     """What ``system`` (given a 1 s limit per call) answers to the last command, and how it failed."""
-    timed = TimedSystem(system, 1.0)
+    timed = ForkedSystem(lambda: system, 1.0)
     timed.init(profile, params)
     try:
         for command in commands[:-1]:
@@ -125,6 +128,85 @@ def test_an_endless_climb_may_hang_or_crash_the_system():
         assert name(recognise(edge, command, expected, None, error)) == "odd-wheel-recursion"
 
 
+def kafka_climb(tick: int, size: int, start: int, expiration: int, limit: int) -> tuple[int, str]:
+    """TimingWheel.add's climb written out level by level in Java longs, up to ``limit`` levels: how many it
+    climbed and how it ended (placed, due, index-out-of-bounds, divide-by-zero, or endless within the limit)."""
+    def long(x: int) -> int:
+        return (x + 2**63) % 2**64 - 2**63
+
+    def rem(x: int, y: int) -> int:
+        return x - y * int(x / y)  # Java's remainder takes the dividend's sign
+
+    current = start - rem(start, tick)
+    for climbed in range(limit):
+        interval = long(tick * size)
+        if expiration < long(current + tick):
+            return climbed, "due"
+        if expiration < long(current + interval):
+            slot = rem(int(expiration / tick), size)
+            return climbed, "placed" if 0 <= slot < size else "index-out-of-bounds"
+        if interval == 0:
+            return climbed, "divide-by-zero"
+        current, tick = current - rem(current, interval), interval
+    return limit, "endless"
+
+
+#: climbs that end past 2,000 levels (found by a search over wheel sizes and deadlines near Long.MAX_VALUE):
+#: (tick, wheel size, start, deadline, levels climbed, how Kafka's add ends); checked against Kafka 4.4.0's classes:
+#: it places the first two (the read-out is then the wrapped-window finding) and overflows its 1 MB stack on the rest
+DEEP_CLIMBS = [
+    (10, 2735, 0, 9182013008907562500, 2412, "placed"),
+    (2, 2871, 515241, 9206545472739540315, 2744, "placed"),
+    (3, 3341, 225144, 9207836230606480327, 5997, "placed"),
+    (7, 2931, 774467, 9222874617321983347, 9104, "index-out-of-bounds"),
+]
+
+
+@pytest.mark.parametrize("tick, size, start, deadline, levels, ends", DEEP_CLIMBS)
+def test_a_climb_that_ends_however_deep_is_followed_to_its_end(tick, size, start, deadline, levels, ends):
+    assert kafka_climb(tick, size, start, deadline, 20_000) == (levels, ends)
+    kafka = KafkaTimer(tick, size, start)
+    if ends == "placed":
+        assert kafka.add("t", deadline) and len(kafka.levels) == levels + 1
+    else:
+        with pytest.raises(KafkaFailed, match=ends):
+            kafka.add("t", deadline)
+    # a system that does the step answers as the model (no failure to name); one whose stack overflows on the way
+    # has Kafka's recursion finding, not a failure, and never a hang where the climb ends
+    edge, command, expected = edge_of(v.Params(tick, size, start, 1000), [v.TimerAdd("t", deadline - start)])
+    assert edge.deep_climb and edge.failure == (None if ends == "placed" else ends)
+    assert name(recognise(edge, command, expected, None, planted.StackOverflowError())) == "odd-wheel-recursion"
+    assert foreseen(edge, command, expected, {finding.signature: 1 for finding in FINDINGS}) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(tick=st.sampled_from([1, 2, 3, 7, 10, 1000]), size=st.integers(2, 4000), start=st.integers(0, 10**6),
+       below_long_max=st.integers(1, 2**62))
+def test_the_shadow_climbs_as_kafkas_add_does(tick, size, start, below_long_max):
+    """Where the climb ends (or that it never does: its ticks repeat first) is what the level-by-level climb says."""
+    deadline = LONG_MAX - below_long_max
+    levels, ends = kafka_climb(tick, size, start, deadline, CLIMB_LIMIT)
+    kafka = KafkaTimer(tick, size, start)
+    try:
+        outcome = "placed" if kafka.add("t", deadline) else "due"
+    except KafkaFailed as failed:
+        outcome = failed.kind
+    assert outcome == {"endless": "recursion"}.get(ends, ends)
+
+
+def test_a_climb_is_endless_once_its_ticks_repeat():
+    for tick, size in [(1, 3), (10, 2735), (2**40, 5), (3, 2**20 + 1)]:
+        period = climb_period(tick, size)
+        ticks = [tick]
+        for _ in range(min(period, 4096)):
+            ticks.append((ticks[-1] * size) % 2**64)
+        if period <= 4096:
+            assert ticks[period] == tick % 2**64 and tick % 2**64 not in ticks[1:period]
+        else:
+            assert tick % 2**64 not in ticks[1:]
+    assert climb_period(5, 4) == 64  # an even size: the tick is 0 within 64 levels
+
+
 def test_the_family_is_read_from_the_failure_text_not_from_an_earlier_runs_stderr():
     error = AdapterFailed("request 9 (timer_add): java.lang.IllegalStateException: closed",
                           "request 3: java.lang.ArithmeticException: / by zero")
@@ -172,21 +254,21 @@ def test_a_port_of_kafkas_wheel_passes_a_check_with_its_edges_named(tmp_path):
     assert "deadline-wraps" in names and len(names) >= 3, names  # it fails in Python's words: named all the same
 
 
-def counting(factory):
-    """``factory`` and the list of the systems it made."""
+def counting(command: str, **options):
+    """A factory of adapters running ``command``, and the list of the adapters it made."""
     made = []
 
-    def make():
-        made.append(factory())
-        return made[-1]
+    class Counted(SubprocessSystem):
+        def __init__(self, *arguments, **keywords):
+            super().__init__(*arguments, **keywords)
+            made.append(self)
 
-    return make, made
+    return functools.partial(Counted, command, **options), made
 
 
 def test_a_finding_met_again_through_an_adapter_costs_an_init_not_a_restart(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(HERE))
-    factory, made = counting(functools.partial(
-        SubprocessSystem, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio planted:ListPort", timeout=10))
+    factory, made = counting(f"{sys.executable} -m kpurgatory.conformance.adapters.stdio planted:ListPort", timeout=10)
     result = run_check(factory, profile="timer", examples=40, steps=20, seed=3)  # a seed that meets no hang
     assert result.passed and sum(found.repeats for found in result.findings) >= 5, result.findings
     assert len(made) == 1  # every finding answered with a failure: the one adapter was initialised afresh each run
@@ -202,14 +284,13 @@ class Recording(planted.KafkaLike):
 
 def test_a_known_hang_is_not_sent_again(monkeypatch):
     monkeypatch.setattr(Recording, "sent", [])
-    system = TimedSystem(Recording(), 1.0)
+    system = Recording()  # in process: what was sent is counted here
     livelock = next(finding for finding in FINDINGS if finding.name == "reinsertion-livelock")
     session = Session(lambda: system, system, system.hello(), "timer", "exact")
     session.known[livelock.signature] = 0
     params, commands = EDGES["reinsertion-livelock"]
     assert rerun(session, params, commands) is None
     assert Recording.sent == commands[:-1] and session.known[livelock.signature] == 1
-    assert system.broken is None
 
 
 def test_every_finding_says_which_releases_have_it():

@@ -207,18 +207,12 @@ FINDING_RUNS = {
 @pytest.mark.parametrize("finding", sorted(FINDING_RUNS))
 def test_a_finding_written_by_check_is_named_when_replayed_and_passes_unless_findings_fail(tmp_path, monkeypatch,
                                                                                           finding):
-    from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
-    from kpurgatory.conformance.adapters.timed import TimedSystem
+    from kpurgatory.conformance.adapters.forked import ForkedSystem
 
-    monkeypatch.setenv("PYTHONPATH", str(HERE))
     monkeypatch.syspath_prepend(str(HERE))
     import planted
 
-    if finding == "reinsertion-livelock":  # a hang: through an adapter, which is killed, not left spinning
-        factory = functools.partial(SubprocessSystem, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio "
-                                                      f"planted:PythonPort", timeout=float(HUNG_AFTER_S))
-    else:
-        factory = functools.partial(TimedSystem, planted.PythonPort(), float(HUNG_AFTER_S))
+    factory = functools.partial(ForkedSystem, planted.PythonPort, float(HUNG_AFTER_S))  # a hang is killed
     path, stop = counterexample_of(tmp_path, factory, *FINDING_RUNS[finding])
     assert stop.finding is not None and stop.finding.name == finding
     replayed = CliRunner().invoke(main, ["replay", str(path)], env={"COLUMNS": "400"})
@@ -232,12 +226,13 @@ def test_a_finding_written_by_check_is_named_when_replayed_and_passes_unless_fin
 
 def test_a_real_divergence_replayed_is_still_a_failure(tmp_path, monkeypatch):
     """planted.WrongAtTheEdge fails with Kafka's exception, but where Kafka's arithmetic is sound: no finding."""
-    from kpurgatory.conformance.adapters.timed import TimedSystem
+    from kpurgatory.conformance.adapters.forked import ForkedSystem
 
     monkeypatch.syspath_prepend(str(HERE))
     import planted
 
-    path, stop = counterexample_of(tmp_path, lambda: TimedSystem(planted.WrongAtTheEdge(), float(HUNG_AFTER_S)),
+    path, stop = counterexample_of(tmp_path, functools.partial(ForkedSystem, planted.WrongAtTheEdge,
+                                                               float(HUNG_AFTER_S)),
                                    v.Params(1, 20, 0, 1000), [v.TimerAdd("t", 20_000)])
     assert stop.finding is None
     replayed = CliRunner().invoke(main, ["replay", str(path)], env={"COLUMNS": "400"})
