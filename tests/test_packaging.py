@@ -183,8 +183,10 @@ def test_the_go_driver_passes_an_installed_wheels_vectors_through_its_stdio_adap
     assert re.search(r"^\d+ cases, [\d,]+ bytes", written.stdout, re.MULTILINE) and (vectors / "index.json").is_file()
     adapter = shlex.join([str(installed / "bin" / "python"), "-m", "kpurgatory.conformance.adapters.stdio",
                           "kpurgatory.conformance.adapters.builtin:factory"])
-    driven = run_outside(installed, tmp_path, "go", "test", "-count=1", ".",
-                         cwd=ROOT / "conformance" / "drivers" / "go", KPURGATORY_VECTORS=str(vectors),
-                         KPURGATORY_ADAPTER=adapter)
+    sys.path.insert(0, str(ROOT / "tests" / "examples"))  # test_driver_go.py: a user's module using the driver
+    from test_driver_go import user_module
+
+    driven = run_outside(installed, tmp_path, "go", "test", "-count=1", ".", cwd=user_module(tmp_path),
+                         KPURGATORY_VECTORS=str(vectors), KPURGATORY_ADAPTER=adapter)
     assert driven.returncode == 0, driven.stdout + driven.stderr
     assert re.match(r"ok\s+\S+\s+[\d.]+s$", driven.stdout.strip()), driven.stdout  # not "[no test files]"

@@ -73,6 +73,7 @@ def play_here(system: SystemUnderTest, under_way, profile: str, params: v.Params
 def serve(factory: Callable[[], SystemUnderTest], connection, under_way) -> None:
     """The child: make the system, then answer each request until ``close`` or the parent goes away."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C reaches the whole process group: it is the harness's
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the harness's handler: a SIGTERM just ends the system
     try:
         system = factory()
     except SYSTEM_ERRORS as error:
