@@ -13,10 +13,13 @@ crashed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import multiprocessing
+import os
 import pickle
 import signal
+import sys
 import time
 import weakref
 from typing import Callable
@@ -97,10 +100,28 @@ def serve(factory: Callable[[], SystemUnderTest], connection, under_way) -> None
             return
 
 
-def stop(process) -> None:
-    if process.is_alive():
-        process.kill()
-    process.join()
+def fork(factory: Callable[[], SystemUnderTest], connection, under_way) -> int:
+    """The child's pid. A plain fork, not a multiprocessing.Process: the check's own workers are daemonic processes,
+    which multiprocessing does not let have children."""
+    sys.stdout.flush(), sys.stderr.flush()  # or the child would write the parent's buffered output again
+    pid = os.fork()
+    if pid == 0:
+        try:
+            serve(factory, connection, under_way)
+        finally:
+            sys.stdout.flush(), sys.stderr.flush()
+            os._exit(0)
+    return pid
+
+
+def stop(pid: int) -> int | None:
+    """Kill the child (if it still runs) and reap it: its exit code, negative for a signal (None: reaped before)."""
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    try:
+        return os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+    except ChildProcessError:
+        return None
 
 
 class ForkedSystem:
@@ -113,11 +134,9 @@ class ForkedSystem:
         self.broken: SystemTimedOut | SystemCrashed | None = None
         self.connection, child = context.Pipe()
         self.under_way = context.RawArray("d", [-1.0, time.monotonic()])
-        self.process = context.Process(target=serve, args=(factory, child, self.under_way), daemon=True,
-                                       name=f"system under test ({getattr(factory, '__name__', 'factory')})")
-        self.process.start()
+        self.pid = fork(factory, child, self.under_way)
         child.close()
-        self._finalizer = weakref.finalize(self, stop, self.process)  # a system dropped unclosed is killed
+        self._finalizer = weakref.finalize(self, stop, self.pid)  # a system dropped unclosed is killed
         self._receive(lambda: "its factory", max(timeout, STARTUP_S))
 
     def hello(self) -> Hello:
@@ -188,9 +207,8 @@ class ForkedSystem:
                 try:
                     answer, value = self.connection.recv()
                 except EOFError:
-                    self.process.join()
-                    self._break(SystemCrashed(f"its process exited with code {self.process.exitcode} before "
-                                              f"answering {what()}"))
+                    code = self._finalizer()  # it ended: reaped, not killed
+                    self._break(SystemCrashed(f"its process exited with code {code} before answering {what()}"))
                     raise self.broken from None
                 if answer == RAISED:
                     raise value
