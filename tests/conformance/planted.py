@@ -4,7 +4,9 @@ They are importable (``planted:HangsInAdvance``) so the tests can also serve the
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Callable
@@ -12,9 +14,25 @@ from typing import Callable
 import attrs
 
 from kpurgatory.conformance.adapters.reference import ModelSystem
+from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.timer import SystemTimer, TimerTaskEntry, TimerTaskList, TimingWheel
+
+
+def counted_adapter(name: str, timeout: float) -> tuple[functools.partial, list[SubprocessSystem]]:
+    """A factory of adapters serving this module's ``name`` through the stdio adapter, and the list of those it made.
+    A partial of an adapter class, so the check knows it starts adapters and makes them in this process (an
+    in-process system it would make in a process of its own), where they are counted."""
+    made: list[SubprocessSystem] = []
+
+    class Counted(SubprocessSystem):
+        def __init__(self, *arguments, **keywords):
+            super().__init__(*arguments, **keywords)
+            made.append(self)
+
+    return functools.partial(Counted, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio planted:{name}",
+                             timeout=timeout), made
 
 
 class HangsInAdvance(ModelSystem):

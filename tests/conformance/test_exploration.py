@@ -26,9 +26,9 @@ sys.path.insert(0, str(HERE))  # planted.py, which the adapters these tests star
 import planted  # noqa: E402
 
 
-def served(name: str, timeout: float, adapter: type[SubprocessSystem] = SubprocessSystem) -> functools.partial:
-    return functools.partial(adapter, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio planted:{name}",
-                             timeout=timeout)
+def served(name: str, timeout: float) -> functools.partial:
+    return functools.partial(SubprocessSystem, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio "
+                                               f"planted:{name}", timeout=timeout)
 
 
 @pytest.fixture
@@ -89,14 +89,8 @@ def test_a_system_that_hangs_in_process_is_reported_within_the_limit_and_shrunk(
 def test_a_system_that_hangs_behind_an_adapter_is_restarted_and_shrunk(importable, tmp_path):
     """Every run that hangs costs the full limit, so whether a call hung does not depend on the machine's load: the
     limit only has to outlast a loaded machine's adapter start, and the shrinking is bounded by a count of hangs."""
-    started = []
-
-    class Counted(SubprocessSystem):
-        def __init__(self, *arguments, **keywords):
-            started.append(1)
-            super().__init__(*arguments, **keywords)
-
-    result = run_check(served("HangsInAdvance", 4.0, Counted), profile="timer", examples=3, steps=20, seed=2, out_dir=tmp_path, hang_budget=5)
+    adapter, started = planted.counted_adapter("HangsInAdvance", 4.0)
+    result = run_check(adapter, profile="timer", examples=3, steps=20, seed=2, out_dir=tmp_path, hang_budget=5)
     assert not result.passed
     [hang] = result.failures
     assert hang.signature == Signature("hung", "advance", "") and "within 4 s" in hang.summary

@@ -4,7 +4,6 @@ planted ports of Kafka's wheel (tests/conformance/planted.py) fail at those edge
 a failure outside the input class, or of another kind, stays a failure; a finding met again costs an init, not a
 fresh adapter, and a known hang is not waited for again."""
 
-import functools
 import sys
 from pathlib import Path
 
@@ -12,8 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 import pytest
 
-from kpurgatory.conformance.adapters.subprocess import (AdapterCrashed, AdapterFailed, AdapterTimedOut,
-                                                         SubprocessSystem)
+from kpurgatory.conformance.adapters.subprocess import AdapterCrashed, AdapterFailed, AdapterTimedOut
 from kpurgatory.conformance.adapters.forked import ForkedSystem
 from kpurgatory.conformance.check.findings import (CLIMB_LIMIT, FINDINGS, KafkaFailed, KafkaShadow, KafkaTimer,
                                                    climb_period, family, foreseen, recognise)
@@ -254,21 +252,9 @@ def test_a_port_of_kafkas_wheel_passes_a_check_with_its_edges_named(tmp_path):
     assert "deadline-wraps" in names and len(names) >= 3, names  # it fails in Python's words: named all the same
 
 
-def counting(command: str, **options):
-    """A factory of adapters running ``command``, and the list of the adapters it made."""
-    made = []
-
-    class Counted(SubprocessSystem):
-        def __init__(self, *arguments, **keywords):
-            super().__init__(*arguments, **keywords)
-            made.append(self)
-
-    return functools.partial(Counted, command, **options), made
-
-
 def test_a_finding_met_again_through_an_adapter_costs_an_init_not_a_restart(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", str(HERE))
-    factory, made = counting(f"{sys.executable} -m kpurgatory.conformance.adapters.stdio planted:ListPort", timeout=10)
+    factory, made = planted.counted_adapter("ListPort", 10)
     result = run_check(factory, profile="timer", examples=40, steps=20, seed=3)  # a seed that meets no hang
     assert result.passed and sum(found.repeats for found in result.findings) >= 5, result.findings
     assert len(made) == 1  # every finding answered with a failure: the one adapter was initialised afresh each run

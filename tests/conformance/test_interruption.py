@@ -6,7 +6,6 @@ hangs or raises is reported as a bug of kpurgatory with the run that triggers it
 The signals are sent when the check reaches a point the system under test marks with a file (`planted.PAUSE`), never
 after a sleep: the tests assert on what was written and on counts, not on time."""
 
-import functools
 import multiprocessing
 import os
 import signal
@@ -18,7 +17,6 @@ from pathlib import Path
 
 import pytest
 
-from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 from kpurgatory.conformance.check import machine
 from kpurgatory.conformance.check.findings import Signature
 from kpurgatory.conformance.check.sequential import run_check
@@ -131,23 +129,18 @@ def test_a_system_that_hangs_in_close_does_not_hold_the_check():
 
 
 def counted(served: bool):
-    """A factory of LivelocksInAdvance, in process or behind the stdio adapter, and the count of systems it made
-    (shared memory: an in-process system is made in a process of its own)."""
-    made = multiprocessing.get_context("fork").Value("i", 0)
+    """A factory of LivelocksInAdvance, in process or behind the stdio adapter, and how many systems it has made (an
+    in-process system is made in a process of its own: counted in shared memory)."""
     if served:
-        class Counted(SubprocessSystem):
-            def __init__(self, *arguments, **keywords):
-                made.value += 1
-                super().__init__(*arguments, **keywords)
-
-        return functools.partial(Counted, f"{sys.executable} -m kpurgatory.conformance.adapters.stdio "
-                                          f"planted:LivelocksInAdvance", timeout=3.0), made
+        adapter, made = planted.counted_adapter("LivelocksInAdvance", 3.0)
+        return adapter, lambda: len(made)
+    shared = multiprocessing.get_context("fork").Value("i", 0)
 
     def factory():
-        made.value += 1
+        shared.value += 1
         return planted.LivelocksInAdvance()
 
-    return factory, made
+    return factory, lambda: shared.value
 
 
 @pytest.mark.parametrize("served", [False, pytest.param(True, marks=pytest.mark.slow)],
@@ -166,7 +159,7 @@ def test_a_livelock_found_while_shrinking_ends_with_a_counterexample_after_a_bou
     # (then exploration stops)
     # (an in-process system is made twice for each: once more to answer the calls before the hang, `ForkedSystem`)
     hangs = 1 + 2 * 4 * len(result.failures) + 4
-    assert 2 <= made.value <= 1 + hangs * (1 if served else 2)
+    assert 2 <= made() <= 1 + hangs * (1 if served else 2)
     assert result.cut_short == "exploration stopped after 4 runs that hung with a failure already reported"
 
 
