@@ -17,7 +17,8 @@ their own test run:
 
 The vectors mode is the Python driver of specs/vectors.md: the tree is ``--kpurgatory-vectors DIR`` or
 $KPURGATORY_VECTORS, failing cases write their observed trace to $KPURGATORY_VECTORS_OUT (default: the test's
-tmp_path), and $KPURGATORY_VECTORS_RESULTS, if set, receives the results file at the end of the session.
+tmp_path), $KPURGATORY_VECTORS_CALL_TIMEOUT_MS bounds each call, and $KPURGATORY_VECTORS_RESULTS, if set, receives the
+results file at the end of the session. A session in which no case ran fails.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ import os
 from pathlib import Path
 from typing import Callable
 
+import attrs
 import pytest
 
 from kpurgatory.conformance.check.sequential import CheckResult, run_check
@@ -53,47 +55,103 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if not root:
         raise pytest.UsageError(f"kpurgatory_vector: {vectors.NO_TREE}, or pass --kpurgatory-vectors DIR")
     try:
-        entries = vectors.read_index(Path(root))["cases"]
+        index = vectors.read_index(Path(root))
+        vectors.call_timeout_s()
     except ValueError as error:
         raise pytest.UsageError(f"kpurgatory_vector: {error}") from None
-    metafunc.parametrize("kpurgatory_vector", [(Path(root), entry) for entry in entries], indirect=True,
-                         ids=[entry["id"] for entry in entries])
+    if not index["cases"]:
+        raise pytest.UsageError(f"kpurgatory_vector: the vector tree {root} has no case, so none can run; make one "
+                                f"with `kpurgatory vectors DIR`")
+    tree = Tree(Path(root), index.get("kafka_version"), vectors.families_of(index))
+    metafunc.parametrize("kpurgatory_vector", [(tree, entry) for entry in index["cases"]], indirect=True,
+                         ids=[entry["id"] for entry in index["cases"]])
+
+
+@attrs.frozen
+class Tree:
+    """The vector tree a session runs: where it is, the release it is for and its failure families."""
+
+    root: Path
+    kafka_version: str | None
+    families: dict[str, tuple[str, ...]]
 
 
 @pytest.fixture
 def kpurgatory_vector(request: pytest.FixtureRequest, tmp_path: Path):
     """``run(factory, level="exact")``: run this test's case of the vector tree on a system ``factory`` makes,
-    judged from the case alone (specs/vectors.md). A case the system cannot run is skipped with the reason; a
-    failure fails the test with the case path, the step, expected vs observed, the observed trace and the command
-    that replays it."""
-    root, entry = request.param
+    judged from the case alone (specs/vectors.md). Each call may take $KPURGATORY_VECTORS_CALL_TIMEOUT_MS (an
+    in-process system runs in a process of its own, killed when a call hangs). A case the system cannot run is
+    skipped with the reason; a failure fails the test with the case path, the step, expected vs observed, the
+    observed trace and the command that replays it."""
+    tree, entry = request.param
 
     def run(factory: Callable[[], SystemUnderTest], level: str = "exact") -> vectors.CaseResult:
-        system = factory()
+        system = vectors.bounded(factory)()
         try:
             hello = system.hello()
             out_dir = Path(os.environ.get(vectors.ENV_OUT) or tmp_path)
-            result, report = vectors.run_case(root, entry, system, hello, level, out_dir)
+            result, report = vectors.run_case(tree.root, entry, system, hello, level, out_dir, tree.families)
         finally:
             system.close()
         request.config.stash.setdefault(RESULTS, []).append((hello, level, result))
+        request.node.user_properties.append((VECTOR, (result.verdict, result.reason,
+                                                      hello.declarations.kafka_version, tree.kafka_version)))
         if result.verdict == "skip":
             pytest.skip(result.reason)
         if result.verdict == "fail":
             pytest.fail(report, pytrace=False)
+        if report:
+            print(report)  # a pass as Kafka does: shown with the test's output
         return result
 
     return run
 
 
+#: the user property a vector test's report carries (also to pytest-xdist's controller): its verdict and reason,
+#: the release its implementation declares and the tree's
+VECTOR = "kpurgatory_vector"
+
+
+class NoCaseRan:
+    """Fails a run of vector tests in which no case ran (specs/vectors.md §3), from every vector test's verdict
+    (pytest-xdist's controller gets them with its workers' reports)."""
+
+    def __init__(self) -> None:
+        self.verdicts: list[tuple] = []
+        self.failure: str | None = None
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if report.when == "call":
+            self.verdicts += [value for name, value in report.user_properties if name == VECTOR]
+
+    def pytest_sessionfinish(self, session: pytest.Session) -> None:
+        if self.verdicts and not hasattr(session.config, "workerinput"):
+            declared, tree = self.verdicts[-1][2:]
+            self.failure = vectors.no_case_ran([verdict[:2] for verdict in self.verdicts], declared, tree)
+            if self.failure is not None:
+                session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+    def pytest_terminal_summary(self, terminalreporter) -> None:
+        if self.failure is not None:
+            terminalreporter.write_sep("=", "kpurgatory vectors: FAILED", red=True)
+            terminalreporter.write_line(self.failure)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(NoCaseRan(), "kpurgatory-no-case-ran")
+
+
 def pytest_sessionfinish(session: pytest.Session) -> None:
     """Write the results file (specs/vectors.md) where $KPURGATORY_VECTORS_RESULTS says, if it does. Under
     pytest-xdist each worker writes its part next to it, and the controller joins the parts."""
+    write_results(session, getattr(session.config, "workerinput", {}).get("workerid"))
+
+
+def write_results(session: pytest.Session, worker: str | None) -> None:
     target = os.environ.get(vectors.ENV_RESULTS)
     if not target:
         return
     target, results = Path(target), session.config.stash.get(RESULTS, [])
-    worker = getattr(session.config, "workerinput", {}).get("workerid")
     parts = [] if worker is not None else sorted(target.parent.glob(f"{target.name}.part-*"))
     documents = [json.loads(part.read_text()) for part in parts]
     if results:

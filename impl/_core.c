@@ -70,6 +70,7 @@ enum {
     F_WINDOW_END_INSIDE = 1 << 9,
     F_START_NOT_ROUNDED = 1 << 10,
     F_ADVANCE_ROUNDS_UP = 1 << 11,
+    F_BUCKET_ROUNDS_UP = 1 << 12,
 };
 
 static const struct { const char *name; int bit; } FAULTS[] = {
@@ -85,6 +86,7 @@ static const struct { const char *name; int bit; } FAULTS[] = {
     {"window_end_inside", F_WINDOW_END_INSIDE},
     {"start_not_rounded", F_START_NOT_ROUNDED},
     {"advance_rounds_up", F_ADVANCE_ROUNDS_UP},
+    {"bucket_rounds_up", F_BUCKET_ROUNDS_UP},
 };
 
 typedef struct Link { struct Link *prev, *next; } Link;
@@ -272,7 +274,7 @@ static int wheel_add(Core *c, Task *t)
         }
         w = w->overflow;
     }
-    i128 virtual_id = expiration / w->tick;
+    i128 virtual_id = (c->faults & F_BUCKET_ROUNDS_UP) ? (expiration + w->tick - 1) / w->tick : expiration / w->tick;
     Py_ssize_t slot = (Py_ssize_t)(virtual_id % w->size);
     if (c->faults & F_BUCKET_OFF_BY_ONE) slot = (slot + 1) % w->size;
     Bucket *b = &w->buckets[slot];

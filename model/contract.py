@@ -10,8 +10,8 @@ keeps only what the observations imply, never the system's internals. Each prope
   justified        An operation completes by try/check only if its condition could hold (set_ready was seen, or
                    ready_on was given); by check only through a key it is watched on; by force only in a force of
                    that op; by expiry only while it is in the timer. watch, try and force return True exactly when
-                   they completed the op themselves. A check never calls tryComplete on a completed op (stale_try,
-                   KAFKA-17848).
+                   they completed the op themselves; a watch with keys inside the domain answers no error. A check
+                   never calls tryComplete on a completed op (stale_try, KAFKA-17848).
   no_lost_wakeup   An operation whose condition is known to hold (set_ready seen) is completed by a check of a key
                    it is watched on, or by a direct try.
   on_time          Nothing fires before the earliest time its declared firing window allows, and nothing that is
@@ -20,7 +20,9 @@ keeps only what the observations imply, never the system's internals. Each prope
                    early with tick 1, and fired by an advance to E).
   domain           A timer_add or watch is rejected with delay_out_of_range exactly when its deadline lies outside
                    the declared delay domain, and a rejected one fires nothing. An input the declarations leave
-                   undefined ends the judgement: nothing after it is judged.
+                   undefined ends the judgement: nothing after it is judged. A watch with no keys is rejected with
+                   empty_keys and fires nothing (Kafka rejects an empty key list); no other command answers an
+                   error.
   watcher_cleanup  A completed operation leaves a key's list no later than the next check of that key (except the
                    earlier entries of an op listed twice that this very check completed at a later visit), a cancel
                    of that key, or the next purge: watched() lies between the live entries and the live entries plus
@@ -184,6 +186,9 @@ class Declarations:
                            runs never send it).
       negative_delays      d < 0 "run_at_once" (E is in the past: due at once, as in Kafka), "rejected" or
                            "undefined" (as above).
+      runs_due_on_update   a timer_cancel of a task, or a timer_add of a task already pending, may run its pending
+                           entry inside that call when the entry is due (its firing window open): Caffeine's wheel
+                           expires a due entry when a cancel or re-add touches it. A re-add's new entry stays pending.
       watcher_shards       how many watch lists the purgatory has and how a key's list is picked (`WatcherShards`):
                            not judged, but generated runs draw keys that reach every list.
       kafka_version        the Kafka release the system follows (a port declares the one it ports): the model
@@ -216,6 +221,7 @@ class Declarations:
     max_deadline_ms: int = attrs.field(default=v.LONG_MAX, validator=_deadline)
     beyond_max_deadline: str = attrs.field(default="rejected", validator=attrs.validators.in_(OUTSIDE))
     negative_delays: str = attrs.field(default="run_at_once", validator=attrs.validators.in_(NEGATIVE))
+    runs_due_on_update: bool = attrs.field(default=False, validator=attrs.validators.instance_of(bool))
     watcher_shards: WatcherShards = attrs.field(factory=WatcherShards, converter=_watcher_shards)
     kafka_version: str | None = attrs.field(default=None, validator=attrs.validators.optional(_release_version))
     real_time: RealTime | None = attrs.field(default=None, converter=_real_time)
@@ -313,6 +319,9 @@ class ContractMonitor:
         before = len(self.violations)
         if not self.judging:
             return []
+        if observation.error is not None and not isinstance(command, (v.TimerAdd, v.Watch)):
+            self.fail("domain", f"{command.name} answered the error {observation.error}, which only timer_add and "
+                                f"watch answer")
         handler: Callable = getattr(self, f"_on_{command.name}")
         handler(command, observation)
         return self.violations[before:]
@@ -385,12 +394,20 @@ class ContractMonitor:
                 late.append(name)
         return late
 
-    def apply_events(self, command: v.Command, observation: v.Observation) -> list[v.Complete]:
-        """Apply every event in order, checking exactly_once, justified and on_time; returns the completions."""
+    def apply_events(self, command: v.Command, observation: v.Observation,
+                     due: dict[str, Pending] | None = None) -> list[v.Complete]:
+        """Apply every event in order, checking exactly_once, justified and on_time; returns the completions.
+        ``due``: entries the command took out of the timer that may still run in it, once each
+        (``runs_due_on_update``)."""
         completions = []
         events = list(observation.events)
+        due = dict(due or {})
         for index, event in enumerate(events):
-            if isinstance(event, v.Run):
+            if self.profile == "timer" and not isinstance(event, v.Run):
+                self.fail("justified", f"{event.kind} during {command.name}: a timer's only event is run")
+            elif isinstance(event, v.Run) and due.pop(event.task, None) is not None:
+                continue
+            elif isinstance(event, v.Run):
                 pending = self.unschedule(self.tasks, event.task)
                 if pending is None:
                     self.fail("exactly_once", f"task {event.task!r} ran but was not pending")
@@ -446,16 +463,32 @@ class ContractMonitor:
 
     # --- timer profile ----------------------------------------------------------------------------------------
 
+    def due_on_update(self, task: str) -> dict[str, Pending]:
+        """The pending entry of ``task`` that a cancel or re-add may run, if the system declares it may and the
+        entry is due."""
+        entry = self.tasks.get(task)
+        if not self.declarations.runs_due_on_update or entry is None:
+            return {}
+        due = self.declarations.earliest_ms(entry.expiration_ms, self.params.tick_ms) <= self.now_ms
+        return {task: entry} if due else {}
+
     def _on_timer_add(self, command: v.TimerAdd, observation: v.Observation) -> None:
+        due = self.due_on_update(command.task)
         if self.check_domain(command, command.delay_ms, observation):
+            if observation.error is not None:
+                self.fail("domain", f"timer_add of {command.task!r} answered the error {observation.error}, though "
+                                    f"its deadline is inside the declared domain")
             self.schedule(self.tasks, command.task, self.now_ms + command.delay_ms)
         elif not self.judging:
             return
-        self.apply_events(command, observation)
+        else:
+            due = {}
+        self.apply_events(command, observation, due)
 
     def _on_timer_cancel(self, command: v.TimerCancel, observation: v.Observation) -> None:
+        due = self.due_on_update(command.task)
         self.unschedule(self.tasks, command.task)
-        self.apply_events(command, observation)
+        self.apply_events(command, observation, due)
 
     # --- purgatory profile ------------------------------------------------------------------------------------
 
@@ -463,11 +496,19 @@ class ContractMonitor:
         op = self.ops.get(command.op)
         if op is None:  # the caller built the op; a rejected watch leaves it unwatched but usable
             op = self.ops[command.op] = OpState(command.ready_on, command.delay_ms or 0, built_ms=self.now_ms)
-        if command.keys and not self.check_domain(command, op.delay_ms, observation):
+        if not command.keys:
+            if observation.error != "empty_keys" or observation.events:
+                self.fail("domain", f"a watch with no keys must be answered with the error empty_keys and no "
+                                    f"events; got {'error ' + observation.error if observation.error else 'no error'}"
+                                    f" and {len(observation.events)} events")
+            return
+        if not self.check_domain(command, op.delay_ms, observation):
             if self.judging:
                 self.apply_events(command, observation)
             return
         if observation.error is not None:
+            self.fail("justified", f"watch of {command.op!r} on {list(command.keys)} answered the error "
+                                   f"{observation.error}, though its deadline is inside the declared domain")
             self.apply_events(command, observation)
             return
         was_completed = op.completed

@@ -92,6 +92,8 @@ class BuiltinAdapter:
 
     operation_class: type[AdapterOperation] = AdapterOperation
     task_class: type[AdapterTask] = AdapterTask
+    #: how many watch lists the purgatory has (declared in the hello, so the check aims keys at each)
+    watcher_shards: int = SHARDS
 
     def __init__(self) -> None:
         self.profile: str | None = None
@@ -119,7 +121,7 @@ class BuiltinAdapter:
 
     def hello(self) -> Hello:
         return Hello(implementation=f"kpurgatory.impl ({SELECTED.name})", profiles=v.PROFILES, features=v.OPTIONAL,
-                     declarations=attrs.evolve(KAFKA, watcher_shards=WatcherShards(SHARDS)))
+                     declarations=attrs.evolve(KAFKA, watcher_shards=WatcherShards(self.watcher_shards)))
 
     def init(self, profile: str, params: v.Params) -> None:
         if profile not in v.PROFILES:
@@ -127,7 +129,7 @@ class BuiltinAdapter:
         try:
             timer = SystemTimer.virtual(params.tick_ms, params.wheel_size, params.start_ms, on_error=_reraise)
             purgatory = DelayedOperationPurgatory(purge_interval=params.purge_interval, timer=timer,
-                                                  on_error=_reraise)
+                                                  shards=self.watcher_shards, on_error=_reraise)
         except (TimerDomainError, ValueError) as error:
             raise CommandError(str(error)) from None
         self.gates.reset()
@@ -280,5 +282,15 @@ def _reraise(error: BaseException, source: object) -> None:
     raise error
 
 
+class KafkaLayoutAdapter(BuiltinAdapter):
+    """impl with Kafka's watch-list layout: 512 shards (KAFKA-6431), picked as Kafka picks them."""
+
+    watcher_shards = KAFKA.watcher_shards.count
+
+
 def factory() -> SystemUnderTest:
     return BuiltinAdapter()
+
+
+def kafka_layout() -> SystemUnderTest:
+    return KafkaLayoutAdapter()

@@ -178,12 +178,18 @@ def adapter_command(version: str) -> str:
 
 
 def release_of(adapter: str) -> str | None:
-    """The release an ``--adapter`` command runs, when it is one `adapter_command` made: a re-run line says
-    ``--kafka VERSION`` then, not the classpath."""
+    """The release an ``--adapter`` command runs, when it is one `adapter_command` made (the published release's
+    classpath, as remembered): a re-run line says ``--kafka VERSION`` then, not the classpath. A build of one's own
+    declares its release too, but only its own command runs it again."""
     words = shlex.split(adapter)
-    if words[:2] == RUN_ADAPTER and "--kafka-version" in words[:-1]:
-        return words[words.index("--kafka-version") + 1]
-    return None
+    if words[:2] != RUN_ADAPTER or "--kafka-version" not in words[:-1]:
+        return None
+    version = words[words.index("--kafka-version") + 1]
+    try:
+        remembered = classpath_file(version).read_text().strip()
+    except (OSError, KafkaReleaseError):
+        return None
+    return version if words[-1] == remembered else None
 
 
 def with_kafka_option(command):

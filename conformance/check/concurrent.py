@@ -441,19 +441,26 @@ def settled(done: list[threading.Event], recorder: Recorder, timeout: float) -> 
 
 def drain(recorder: Recorder, plan: Plan, hello: Hello, timeout: float) -> None:
     """On one thread, after every other call returned: make every op ready and check every key (an op a list lost
-    is a lost wakeup now), pass every deadline, force every op; watch one more op on every key and force it, then
-    advance (a purge now must sweep every shard), read watched; check every key again, read the counters, shut
-    down. A call that hangs (``timeout`` as in `execute`) ends the drain."""
+    is a lost wakeup now), pass every deadline, force every op; watch one more op on every key and on a key of every
+    watcher shard and force it, then advance (a purge now must sweep every shard), read watched; check every key
+    again and cancel the other shards' keys, read the counters, shut down. A call that hangs (``timeout`` as in `execute`) ends the drain."""
     ops, keys = sorted(plan.owners), plan.keys
     horizon = max([plan.params.start_ms, *(c.to_ms for _, c in plan.calls if isinstance(c, v.Advance))]) + max(
         [0, *(c.delay_ms or 0 for _, c in plan.calls if isinstance(c, v.Watch))])
-    # one more op on every key, forced: its entries are stale on every list, for the purge of the next advance
-    stale = v.Watch(STALE_OP, keys, plan.params.tick_ms * plan.params.wheel_size, None)
+    # one more op on every key and on a key of every watcher shard, forced: its entries are stale on every list of
+    # every shard, for the purge of the next advance
+    elsewhere = [key for key in strategies.shard_keys(hello.declarations.watcher_shards) if key not in keys]
+    stale = v.Watch(STALE_OP, (*keys, *elsewhere), plan.params.tick_ms * plan.params.wheel_size, None)
     swept = (stale, v.Force(STALE_OP), v.Advance(horizon), v.Watched()) if hello.declarations.within_domain(
         horizon, stale.delay_ms) else ()
+    # the keys of the other shards leave the map by cancelForKey (which removes a key's list whatever else the
+    # system does), so that what watcher_keys reads after the drain is about the run's own keys
+    dropped = [v.CancelKey(key) for key in elsewhere]
+    if not all(map(hello.drives, dropped)):
+        dropped = [v.Check(key) for key in elsewhere]
     commands = [command for command in (*map(v.SetReady, ops), *map(v.Check, keys), v.Advance(horizon),
-                                        *map(v.Force, ops), *swept, *map(v.Check, keys), v.Watched(), v.Delayed(),
-                                        v.Size(), v.WatcherKeys(), v.Shutdown())
+                                        *map(v.Force, ops), *swept, *map(v.Check, keys), *dropped, v.Watched(),
+                                        v.Delayed(), v.Size(), v.WatcherKeys(), v.Shutdown())
                 if hello.drives(command)]
 
     def calls() -> None:

@@ -33,12 +33,20 @@ def load(directory: str | Path, profile: str, hello: Hello | None = None) -> lis
     name order, each once; with ``hello``, only those the system that said it can be sent (`sendable`). A folder
     that does not exist yet is an empty corpus; a file that is not a valid trace raises `TraceFormatError` naming
     it."""
-    runs: dict[str, tuple[v.Params, list[v.Command]]] = {}
+    return [(trace.header.params, trace.commands) for trace in stored(directory)
+            if trace.header.profile == profile
+            and (hello is None or sendable(profile, trace.header.params, trace.commands, hello))]
+
+
+def stored(directory: str | Path) -> list[Trace]:
+    """The sequential runs in the corpus ``directory`` as stored (each a counterexample: the model's observations
+    and the system's answers), in file name order, each once. A folder that does not exist yet is an empty corpus;
+    a file that is not a valid trace raises `TraceFormatError` naming it."""
+    runs: dict[str, Trace] = {}
     for path in sorted(Path(directory).glob("*.jsonl")):
         for trace in read_traces(path):
-            if (trace.header.profile == profile and trace.header.threads is None
-                    and (hello is None or sendable(profile, trace.header.params, trace.commands, hello))):
-                runs.setdefault(key(trace), (trace.header.params, trace.commands))
+            if trace.header.threads is None:
+                runs.setdefault(key(trace), trace)
     return list(runs.values())
 
 

@@ -47,6 +47,11 @@ TIMER_ITEMS = (
     "overflow wheel created", "overflow wheel created at the interval", "cascade onto a wheel's interval",
     # the wheel sizes of the runs, counted in steps
     "wheel of 2-6 buckets", "wheel of Kafka's 20 buckets", "wheel of 7+ buckets, even", "wheel of 7+ buckets, odd",
+    # the ticks of the runs, counted in steps, and the clock off the tick: where rounding to the tick shows
+    "tick of 1 ms", "tick > 1, a power of two", "tick > 1, odd", "tick > 1, even, not a power of two",
+    "start off the tick", "advance off the tick",
+    # where registry timers broke: an entry added again a whole turn of the wheel later, the clock at its end
+    "re-added while pending, a wheel turn after its add", "clock at Long.MAX_VALUE",
 )
 #: sequences the timer profile drives on purpose; a purgatory run meets them only by chance, through its ops' delays
 TIMER_PROFILE_ONLY = (
@@ -196,6 +201,16 @@ def wheel_size_item(size: int) -> str:
             f"wheel of 7+ buckets, {'odd' if size % 2 else 'even'}")
 
 
+@functools.cache
+def tick_item(tick: int) -> str:
+    """The item that counts the steps of runs with a tick of ``tick`` ms."""
+    if tick == 1:
+        return "tick of 1 ms"
+    if tick & (tick - 1) == 0:
+        return "tick > 1, a power of two"
+    return "tick > 1, odd" if tick % 2 else "tick > 1, even, not a power of two"
+
+
 @attrs.define
 class Coverage:
     profile: str
@@ -207,6 +222,9 @@ class Coverage:
     shards_hit: set[int] = attrs.field(factory=set)
     #: pending entries added at a level's interval: task or op id -> (which wheel, deadline)
     at_interval: dict[str, tuple[str, int]] = attrs.field(factory=dict)
+    #: task or op id -> the clock at its last accepted add, in the run of ``run_model``
+    added_at: dict[str, int] = attrs.field(factory=dict)
+    run_model: Model | None = None
 
     def report(self) -> dict[str, int]:
         """Every item of the profile, reached or not, in a fixed order; the purgatory's ends with how many of the
@@ -225,6 +243,8 @@ class Coverage:
         """Count what the step reached, and return the model's `entry_places` after it (the next step's before). It
         runs after every step of a check, and most items are not reached by most steps: their conditions are tested
         before `hit` is called."""
+        if model is not self.run_model:  # a new run
+            self.run_model, self.added_at = model, {}
         occupied = levels_of(model.timer).occupied()
         self.states.add(hash(state_shape(model, occupied)))
         ok = observation.error is None
@@ -249,6 +269,10 @@ class Coverage:
         if adds:
             if target in before.entries:
                 self.hit("re-added while pending")
+                turn = model.params.tick_ms * model.params.wheel_size
+                self.hit("re-added while pending, a wheel turn after its add",
+                         model.now_ms - self.added_at.get(target, model.now_ms) >= turn)
+            self.added_at[target] = model.now_ms
             if before.wheel_ms + model.params.tick_ms <= before.now_ms:
                 self.hit("added to a lagging wheel")
         fired = [e.task if isinstance(e, v.Run) else e.op for e in observation.events
@@ -265,6 +289,8 @@ class Coverage:
         if isinstance(command, v.Shutdown) and observation.result:
             self.hit("shutdown with pending entries")
         self.hit(wheel_size_item(model.params.wheel_size))
+        self.hit(tick_item(model.params.tick_ms))
+        self.hit("start off the tick", model.params.start_ms % model.params.tick_ms != 0)
         self.record_edges(model, command, before, top, deadline)
         if cascaded or self.at_interval or adds:
             self.record_wheel_edges(model, command, before, after, cascaded, deadline if adds else None, target)
@@ -285,7 +311,11 @@ class Coverage:
         # the higher the level, the longer its interval: the top entry's passes Long.MAX_VALUE if any does
         if top and tick * p.wheel_size ** top > v.LONG_MAX:
             self.hit("entry at a level whose interval passes Long.MAX_VALUE")
+        if now == v.LONG_MAX:
+            self.hit("clock at Long.MAX_VALUE")
         if isinstance(command, v.Advance):
+            if command.to_ms % tick != 0:
+                self.hit("advance off the tick")
             if command.to_ms > before.now_ms and at_level_boundary(command.to_ms, tick, p.wheel_size):
                 self.hit("advance to a level boundary ±1")
             if (before.now_ms // tick) >> 32 != (command.to_ms // tick) >> 32:

@@ -132,15 +132,16 @@ def said(error: Exception) -> str:
     return str(error) if isinstance(error, Recorded) else f"{type(error).__name__}: {error}"
 
 
-def family(error: Exception | None) -> str | None:
-    """The family of a failure: one of `FAMILIES`, ``hung`` for a call that timed out, else None. A bare
-    ArithmeticException (a hot JVM may drop its message) is a division by zero unless it says overflow."""
+def family(error: Exception | None, families: dict[str, tuple[str, ...]] = FAMILIES) -> str | None:
+    """The family of a failure: one of ``families`` (`FAMILIES`, or a vector tree's copy of them), ``hung`` for a
+    call that timed out, else None. A bare ArithmeticException (a hot JVM may drop its message) is a division by zero
+    unless it says overflow."""
     if error is None:
         return None
     if isinstance(error, AdapterTimedOut):
         return "hung"
     text = said(error).lower()
-    for name, words in FAMILIES.items():
+    for name, words in families.items():
         if any(word in text for word in words):
             return name
     if "arithmeticexception" in text and "overflow" not in text:
@@ -487,11 +488,8 @@ def pending_entries(timer: SystemTimer) -> dict[str, TimerTaskEntry]:
 
 #: an input class: on Kafka's edge of the step, the command and the model's observation of it
 Inputs = Callable[[Edge, v.Command, v.Observation], bool]
-#: an outcome: on Kafka's edge of the step, what the system answered (None when it failed) and how it failed
-Outcome = Callable[[Edge, "v.Observation | None", "Exception | None"], bool]
-
 #: how Kafka's timer fails, by `KafkaFailed` kind -> the families of what a system does that fails the same way
-FAILS_LIKE: dict[str, frozenset[str | None]] = {
+FAILS_LIKE: dict[str, frozenset[str]] = {
     "divide-by-zero": frozenset({"divide-by-zero"}),
     "index-out-of-bounds": frozenset({"index-out-of-bounds"}),
     # Kafka's JVM overflows its stack, or spends minutes and gigabytes building wheels until a time limit stops it
@@ -500,38 +498,76 @@ FAILS_LIKE: dict[str, frozenset[str | None]] = {
 }
 
 
-def fails_like(failure: str | None, error: Exception | None) -> bool:
-    """The system failed (``error``) in the family of Kafka's timer failing as ``failure`` (a crash counts where
-    Kafka recurses: a native stack overflow kills the process, with or without last words)."""
-    if failure is None or error is None:
-        return False
-    outcome = family(error)
-    if outcome is None and isinstance(error, AdapterCrashed):
-        outcome = "crashed"
-    return outcome in FAILS_LIKE[failure]
+@attrs.frozen
+class KafkaDoes:
+    """What Kafka's own timer does on a step of a finding's input class, as outcomes of a system anyone can
+    recognise, in any language (a vector tree carries it as a step's ``expect.kafka``, specs/vectors.md §5.4): the
+    system may answer without an error (``answers``), run or expire one of ``runs``, fail in one of the families
+    ``fails`` (`FAMILIES`), hang (``hangs``), or crash (``crashes``: a native stack overflow kills the process, with or
+    without last words); or do ``anything``."""
+
+    answers: bool = False
+    fails: tuple[str, ...] = ()
+    hangs: bool = False
+    crashes: bool = False
+    runs: tuple[str, ...] = ()
+    anything: bool = False
+
+    @classmethod
+    def failing_as(cls, failure: str | None, **outcomes) -> KafkaDoes:
+        """Kafka's timer failing as ``failure`` (a `KafkaFailed` kind; None: it does not fail), besides ``outcomes``."""
+        like = FAILS_LIKE.get(failure, frozenset())
+        return cls(fails=tuple(name for name in FAMILIES if name in like), hangs="hung" in like,
+                   crashes="crashed" in like, **outcomes)
+
+    def matches(self, observed: v.Observation | None, error: Exception | None,
+                families: dict[str, tuple[str, ...]] = FAMILIES) -> bool:
+        """The system's outcome is one of these: it answered ``observed``, or failed as ``error`` (classified by
+        ``families``)."""
+        if self.anything:
+            return True
+        if observed is not None:
+            return self.answers and observed.error is None or bool(timer_runs(observed) & set(self.runs))
+        outcome = family(error, families)
+        if outcome is None and isinstance(error, AdapterCrashed):
+            outcome = "crashed"
+        return outcome in self.fails or self.hangs and outcome == "hung" or self.crashes and outcome == "crashed"
+
+    def to_json(self) -> dict:
+        return {"answers": self.answers, "fails": list(self.fails), "hangs": self.hangs, "crashes": self.crashes,
+                "runs": list(self.runs), "anything": self.anything}
+
+    @classmethod
+    def from_json(cls, document: dict) -> KafkaDoes:
+        return cls(document["answers"], tuple(document["fails"]), document["hangs"], document["crashes"],
+                   tuple(document["runs"]), document["anything"])
 
 
-def fails_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
-    """The system failed in the family Kafka's timer fails in on this step."""
-    return fails_like(edge.failure, error)
+#: an outcome: on Kafka's edge of the step, what Kafka's timer does there
+Outcome = Callable[[Edge], KafkaDoes]
 
 
-def overflows_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
-    """The system failed as Kafka's recursion does, on a climb without end or deeper than every stack holds."""
-    return (edge.failure == "recursion" or edge.deep_climb) and fails_like("recursion", error)
+def fails_like_kafka(edge: Edge) -> KafkaDoes:
+    """The system fails in the family Kafka's timer fails in on this step."""
+    return KafkaDoes.failing_as(edge.failure)
 
 
-def answers_or_fails_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
-    return observed is not None and observed.error is None or fails_like_kafka(edge, observed, error)
+def overflows_like_kafka(edge: Edge) -> KafkaDoes:
+    """The system fails as Kafka's recursion does, on a climb without end or deeper than every stack holds."""
+    return KafkaDoes.failing_as("recursion" if edge.failure == "recursion" or edge.deep_climb else None)
 
 
-def runs_early_like_kafka(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
-    """The system answered and ran (expired) one of the entries Kafka runs early on this step."""
-    return bool(timer_runs(observed) & edge.early)
+def answers_or_fails_like_kafka(edge: Edge) -> KafkaDoes:
+    return KafkaDoes.failing_as(edge.failure, answers=True)
 
 
-def anything(edge: Edge, observed: v.Observation | None, error: Exception | None) -> bool:
-    return True
+def runs_early_like_kafka(edge: Edge) -> KafkaDoes:
+    """The system answers and runs (expires) one of the entries Kafka runs early on this step."""
+    return KafkaDoes(runs=tuple(sorted(edge.early)))
+
+
+def anything(edge: Edge) -> KafkaDoes:
+    return KafkaDoes(anything=True)
 
 
 #: every Kafka release with the hierarchical timing wheel: its arithmetic is the same in all of them
@@ -612,7 +648,7 @@ def recognise(edge: Edge | None, command: v.Command | None, expected: v.Observat
     if edge is None or command is None:
         return None
     return next((finding for finding in FINDINGS
-                 if finding.inputs(edge, command, expected) and finding.outcome(edge, observed, error)), None)
+                 if finding.inputs(edge, command, expected) and finding.outcome(edge).matches(observed, error)), None)
 
 
 def foreseen(edge: Edge | None, command: v.Command, expected: v.Observation,

@@ -27,8 +27,9 @@ check.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Callable, ClassVar
+from typing import Callable, ClassVar, Iterator
 
 import attrs
 
@@ -47,11 +48,25 @@ from kpurgatory.model import vocabulary as v
 from kpurgatory.model.machine import CommandError
 
 
-#: a hang, found under the full time limit, is shrunk under the same limit (a shorter one derived from the answers'
-#: speed would make the verdict depend on the machine's load), so each run that hangs costs the limit: after this many
-#: while a failure is shrunk, shrinking stops and the shortest failing run so far is reported, marked as not fully
-#: shrunk; after this many more with failures already reported, exploration stops
+#: runs that may hang, each at the cost of the full time limit: after this many more with failures already reported,
+#: exploration stops; a failure is shrunk with this much time to spend on runs that hang (`HANG_PROBE_FRACTION`),
+#: after which shrinking stops and the shortest failing run so far is reported, marked as not fully shrunk
 HANG_BUDGET = 8
+#: a hang is shrunk under a twentieth of the time limit (at least `HANG_PROBE_MIN_S`), so that it shrinks as far as any
+#: failure for the time other failures take; the run it shrinks to is then run again under the full limit and
+#: reported only if it hangs there too (else it is shrunk again under the full limit): no verdict rests on the
+#: shorter limit
+HANG_PROBE_FRACTION, HANG_PROBE_MIN_S = 0.05, 0.25
+
+
+def probe_limit(limit: float) -> float:
+    """The time limit of a call while a hang found under ``limit`` is shrunk."""
+    return min(limit, max(limit * HANG_PROBE_FRACTION, HANG_PROBE_MIN_S))
+
+
+def shrink_hang_budget(hang_budget: int, limit: float) -> int:
+    """How many runs may hang while a hang found under ``limit`` is shrunk: ``hang_budget`` runs' worth of time."""
+    return int(hang_budget * limit / probe_limit(limit))
 #: runs Hypothesis's shrinker may spend on one failure (kpurgatory check --shrink-budget): a count, where Hypothesis's
 #: own limit is five minutes of wall-clock time (which `conformance.check.sequential.shrink` does not go through), so
 #: that a loaded machine shrinks exactly as far as a quiet one. Shrinking a failure typically takes a few hundred runs
@@ -143,6 +158,8 @@ class Session:
     known: dict[Signature, int] = attrs.Factory(dict)
     #: runs that may hang while a failure is shrunk, and while exploring after it (`HANG_BUDGET`)
     hang_budget: int = HANG_BUDGET
+    #: while a hang is shrunk: the shorter time limit each call of a fresh system gets (`HANG_PROBE_FRACTION`)
+    probe_limit: float | None = None
     #: runs Hypothesis may spend shrinking one failure (`SHRINK_BUDGET`)
     shrink_budget: int = SHRINK_BUDGET
     #: runs of the corpus's failing runs replayed before exploration (`conformance.check.corpus`)
@@ -197,10 +214,28 @@ class Session:
             pass
         try:
             self.system = self.factory()
+            if self.probe_limit is not None:
+                self.system.timeout = self.probe_limit
             self.system.hello()
         except Exception as error:
             summary = f"could not make a fresh system after a failure: {error}"
             raise Abort(params, [], [], summary, Signature("restart failed", "", ""), summary) from None
+
+    @contextlib.contextmanager
+    def probing(self, signature: Signature, probe: bool = True) -> Iterator[int]:
+        """While the failure of ``signature`` is shrunk: if it is a hang of a system with a time limit (and
+        ``probe``), every call gets the shorter `HANG_PROBE_FRACTION` of it and more runs may hang, for the same time
+        in all; yields how many runs may hang."""
+        limit = getattr(self.system, "timeout", None)
+        if signature.kind != "hung" or not limit or not probe:
+            yield self.hang_budget
+            return
+        self.probe_limit = self.system.timeout = probe_limit(limit)
+        try:
+            yield shrink_hang_budget(self.hang_budget, limit)
+        finally:
+            self.probe_limit = None
+            self.system.timeout = limit
 
     def broke(self) -> bool:
         """The system broke on the run just judged (hung past its time limit, crashed): it cost a time limit or a
@@ -459,6 +494,24 @@ class PurgatoryRuns(RunBuilder):
         if self.declared(self.op_delays[op]):
             self.execute(v.Watch(op, keys))
 
+    def watch_on_every_shard(self) -> None:
+        """A request on many partitions: one op watched on a key of each of a span of consecutive watcher shards
+        (mostly every shard the system declares), and half the time completed at once, so that every shard of the
+        span holds a stale entry for the next purge to sweep. The span is drawn by its last shard and its width, so
+        that shrinking narrows it to the one shard a failure needs."""
+        shards = self.declarations.watcher_shards
+        last = self.choices.integer(0, shards.count - 1, usual=shards.count - 1)
+        widest = min(last + 1, strategies.WIDEST_WATCH)
+        width = self.choices.integer(1, widest, usual=widest)
+        first = last + 1 - width
+        delay = self.draw_delay()
+        if delay is None:
+            return
+        op = self.new_op(delay)
+        self.execute(v.Watch(op, strategies.shard_keys(shards, first, width), delay, None))
+        if roll(self.choices, 2) == 0 and "force" not in self.hello.unsupported:
+            self.execute(v.Force(op))
+
     def watch_without_keys(self) -> None:
         self.execute(v.Watch(pick(self.choices, self.ops()), []))
 
@@ -552,6 +605,7 @@ RULES: dict[str, tuple[Rule, ...]] = {
         Rule(PurgatoryRuns.watch_new, ("watch",)),
         Rule(PurgatoryRuns.watch_again, ("watch",), PurgatoryRuns.ops),
         Rule(PurgatoryRuns.watch_without_keys, ("watch",), PurgatoryRuns.ops),
+        Rule(PurgatoryRuns.watch_on_every_shard, ("watch",)),
         Rule(PurgatoryRuns.set_ready, ("set_ready",), PurgatoryRuns.ops),
         Rule(PurgatoryRuns.check, ("check",)),
         Rule(PurgatoryRuns.wake, ("set_ready", "check"), PurgatoryRuns.waiting),
@@ -676,13 +730,14 @@ def rerun(session: Session, params: v.Params, commands: list[v.Command]) -> Dive
     return stop
 
 
-def minimise(session: Session, stop: Divergence) -> Divergence:
+def minimise(session: Session, stop: Divergence, hang_budget: int | None = None) -> Divergence:
     """``stop`` with every block of steps deleted whose deletion keeps its signature: blocks of half the run first,
     then of a quarter and so on down to single steps (each step is tried alone once, last first), so that a failure
     whose every rerun hangs is minimised with few hanging runs. Hypothesis's shrinker works on the choices that made
     the run and now and then leaves a step it could not delete without changing another; the run's own commands can
-    always be tried without it. The last step, the one that failed, is kept. After `HANG_BUDGET` reruns that hung
-    at the cost of a time limit, it stops with `Cut`."""
+    always be tried without it. The last step, the one that failed, is kept. After ``hang_budget`` (the session's)
+    reruns that hung at the cost of a time limit, it stops with `Cut`."""
+    hang_budget = session.hang_budget if hang_budget is None else hang_budget
     size = max(1, (len(stop.steps) - 1) // 2)
     hangs = 0
     while True:
@@ -694,7 +749,7 @@ def minimise(session: Session, stop: Divergence) -> Divergence:
             session.shrink_runs += 1
             if again is not None and again.signature.kind == "hung" and session.broke():
                 hangs += 1
-                if hangs >= session.hang_budget:
+                if hangs >= hang_budget:
                     raise Cut(f"deleting steps stopped after {hangs} runs that hung")
             if again is not None and again.signature == stop.signature and len(again.steps) < len(stop.steps):
                 stop = again

@@ -427,46 +427,72 @@ def shrink(session: Session, stop: Divergence, run: Drawn | None, seed: int, ste
     shrunk on the system, within `FINDING_SHRINK_BUDGET` runs."""
     target = stop.signature
     repeats = session.known.pop(target, 0)
+    try:
+        shrunk, unfinished = shrink_under(session, stop, run, seed, steps, index, probe=True)
+        if shrunk is not stop and target.kind == "hung" and not session.interrupted:
+            confirmed = confirmed_hang(session, shrunk)
+            if confirmed is None:  # it hangs only under the shorter limit: shrink again under the full one
+                shrunk, unfinished = shrink_under(session, stop, run, seed, steps, index, probe=False)
+            else:
+                shrunk = confirmed
+    finally:
+        session.known[target] = repeats
+    if unfinished is not None:
+        shrunk.mark_unfinished(unfinished)
+    return shrunk
+
+
+def shrink_under(session: Session, stop: Divergence, run: Drawn | None, seed: int, steps: int, index: int,
+                 probe: bool) -> tuple[Divergence, str | None]:
+    """`shrink`'s search, a hang's under the shorter time limit if ``probe`` (`Session.probing`): the smallest
+    failure found, and why the search stopped early (None: it did not)."""
+    target = stop.signature
     session.shrinking = True
     session.batching = stop.error is None or target.kind not in BREAKS
-    label = f"{seed}/{index}/shrink"
     unfinished = None
     try:
-        if run is not None and stop.finding is not None:
-            reached = reaching(run, stop.finding)
-            confirmed = judge(session, reached) if reached is not None else None
-            if confirmed is not None and confirmed.signature == target:
-                run, stop = None, confirmed
-        if run is not None:
-            budget = session.shrink_budget if stop.finding is None else min(session.shrink_budget,
-                                                                             FINDING_SHRINK_BUDGET)
-            shrunk, unfinished = shrink_choices(
-                session, run.choices, steps, index, label, budget,
-                lambda drawn: (failure if (failure := judge(session, drawn)) is not None
-                               and failure.signature == target else None), len(stop.steps))
-            if shrunk is None:
-                stop.summary += " (did not fail again when run once more: is the system deterministic?)"
-            else:
-                stop = shrunk
-        if not session.interrupted:
-            stop = minimise(session, stop)
+        with session.probing(target, probe) as hang_budget:
+            if run is not None and stop.finding is not None:
+                reached = reaching(run, stop.finding)
+                confirmed = judge(session, reached) if reached is not None else None
+                if confirmed is not None and confirmed.signature == target:
+                    run, stop = None, confirmed
+            if run is not None:
+                budget = session.shrink_budget if stop.finding is None else min(session.shrink_budget,
+                                                                                 FINDING_SHRINK_BUDGET)
+                shrunk, unfinished = shrink_choices(
+                    session, run.choices, steps, index, f"{seed}/{index}/shrink", budget, hang_budget,
+                    lambda drawn: (failure if (failure := judge(session, drawn)) is not None
+                                   and failure.signature == target else None), len(stop.steps))
+                if shrunk is None:
+                    stop.summary += " (did not fail again when run once more: is the system deterministic?)"
+                else:
+                    stop = shrunk
+            if not session.interrupted:
+                stop = minimise(session, stop, hang_budget)
     except (Abort, ReferenceBroke):
         raise
     except BaseException as error:
         unfinished = why_cut(session, error)
     finally:
         session.shrinking, session.batching = False, True
-        session.known[target] = repeats
-    if unfinished is not None:
-        stop.mark_unfinished(unfinished)
-    return stop
+    return stop, unfinished
+
+
+def confirmed_hang(session: Session, shrunk: Divergence) -> Divergence | None:
+    """The hang ``shrunk`` to (under the shorter time limit, `machine.HANG_PROBE_FRACTION`), run again under the
+    full one; None if it does not hang there."""
+    session.renew(shrunk.params)
+    again = rerun(session, shrunk.params, [step.command for step in shrunk.steps])
+    return again if again is not None and again.signature == shrunk.signature else None
 
 
 def shrink_choices(session: Session, choices: tuple[int, ...], steps: int, index: int, label: str, budget: int,
-                   failing: Callable[[Drawn], Divergence | None], cut_at: int) -> tuple[Divergence | None, str | None]:
+                   hang_budget: int, failing: Callable[[Drawn], Divergence | None],
+                   cut_at: int) -> tuple[Divergence | None, str | None]:
     """The smallest ``failing(run)`` Hypothesis's shrinker finds from the run drawn by ``choices`` (None: that run
-    itself does not fail), and why it stopped early (None: it did not): at ``budget`` runs, after
-    `machine.HANG_BUDGET` runs that hung at the cost of a fresh system, or an interruption. Runs are drawn up to
+    itself does not fail), and why it stopped early (None: it did not): at ``budget`` runs, after ``hang_budget``
+    runs that hung at the cost of a fresh system, or an interruption. Runs are drawn up to
     ``cut_at`` commands, where the run being shrunk failed: a run that fails only later is no smaller (the cut is
     the same for every run of a shrink, as Hypothesis requires of a test: the same choices, the same run)."""
     found: dict[tuple, Divergence] = {}
@@ -481,7 +507,7 @@ def shrink_choices(session: Session, choices: tuple[int, ...], steps: int, index
         outcome = failing(draw_run(session, ConjectureChoices(data), steps, session.key_home(index), cut_at=cut_at))
         if isinstance(outcome, Divergence) and outcome.signature.kind == "hung" and session.broke():
             hangs[0] += 1
-            if hangs[0] >= session.hang_budget:
+            if hangs[0] >= hang_budget:
                 raise Cut(f"shrinking stopped after {hangs[0]} runs that hung")
         if outcome is not None:
             found[tuple(data.choices)] = outcome

@@ -86,8 +86,13 @@ def draw_wheel_size(choices: Choices) -> int:
     return pick(choices, LARGE_WHEELS) if roll(choices, 4) == 3 else choices.integer(2, 6)
 
 
+#: ticks: 1 ms in half the runs (Kafka's), else even, odd, prime and coarse ones, as often as each other, so that
+#: rounding to the tick (of the start, of every advance, of a deadline) is exercised as much as the wheel's sizes are
+TICKS = (1, 1, 1, 1, 1, 2, 3, 7, 10, 1000)
+
+
 def draw_params(choices: Choices, profile: str = "purgatory", declarations: Declarations = KAFKA) -> v.Params:
-    tick = pick(choices, (1, 1, 1, 2, 3, 10))
+    tick = pick(choices, TICKS)
     wheel_size = draw_wheel_size(choices)
     start = draw_origin(choices, tick, wheel_size, declarations.max_deadline_ms)
     purge_interval = choices.integer(0, 4) if profile == "purgatory" else 1000
@@ -142,6 +147,19 @@ def draw_run_keys(choices: Choices, shards: WatcherShards, home: int | None = No
         picked.append(candidates[used.get(shard, 0) % len(candidates)])
         used[shard] = used.get(shard, 0) + 1
     return tuple(dict.fromkeys(picked))
+
+
+#: the most watcher shards one watch spans (`shard_keys`): Kafka's 512, and more than any system declares in practice
+WIDEST_WATCH = 1024
+
+
+def shard_keys(shards: WatcherShards, first: int = 0, width: int | None = None) -> tuple[str, ...]:
+    """A key on each of ``width`` consecutive watcher shards from ``first`` (default: every shard, up to
+    `WIDEST_WATCH`): what a produce request to many partitions is watched on. An op watched on them and completed
+    leaves a stale entry on every shard, which the next purge must sweep: one skipped shard of 512 shows."""
+    width = min(shards.count, WIDEST_WATCH) if width is None else width
+    names = key_names(shards)
+    return tuple(names[shard % shards.count][0] for shard in range(first, first + width) if names[shard % shards.count])
 
 
 def run_keys(shards: WatcherShards, home: int | None = None) -> st.SearchStrategy[tuple[str, ...]]:

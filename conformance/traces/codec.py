@@ -500,15 +500,16 @@ def params_to_json(params: v.Params) -> dict:
     return attrs.asdict(params)
 
 
-#: the declarations written only when declared: left out, they are None
-UNLESS_DECLARED = ("kafka_version", "real_time")
+#: the declarations written only when declared: left out, they are their defaults
+UNLESS_DECLARED = ("kafka_version", "real_time", "runs_due_on_update")
 
 
 def declarations_to_json(declarations: Declarations) -> dict:
-    """Every field, but a Kafka release only when one is declared (none means current Kafka), and real-time
-    allowances only when the system runs on a real clock (none means the virtual clock)."""
+    """Every field, but a Kafka release only when one is declared (none means current Kafka), real-time
+    allowances only when the system runs on a real clock (none means the virtual clock), and runs_due_on_update only
+    when true."""
     return attrs.asdict(declarations,
-                        filter=lambda field, value: value is not None or field.name not in UNLESS_DECLARED)
+                        filter=lambda field, value: value != field.default or field.name not in UNLESS_DECLARED)
 
 
 def declarations_from_json(document: dict) -> Declarations:

@@ -155,10 +155,11 @@ def test_a_livelock_found_while_shrinking_ends_with_a_counterexample_after_a_bou
     assert hang.signature == Signature("hung", "advance", "")
     assert read_traces(hang.trace_path) == [hang.counterexample] and hang.shrunk_length <= 6
     # a fresh system after each run that hung: the hang found; for each failure (its stuck wheel also fails the wheel
-    # read-out) at most 4 while Hypothesis shrank it and 4 while its steps were deleted; 4 while exploring after them
-    # (then exploration stops)
+    # read-out) at most 4 runs' worth of the time limit while Hypothesis shrank it and as much while its steps were
+    # deleted (a hang is shrunk under a shorter limit, then run again under the full one); 4 while exploring after
+    # them (then exploration stops)
     # (an in-process system is made twice for each: once more to answer the calls before the hang, `ForkedSystem`)
-    hangs = 1 + 2 * 4 * len(result.failures) + 4
+    hangs = 1 + (2 * machine.shrink_hang_budget(4, 3.0) + 1) * len(result.failures) + 4
     assert 2 <= made() <= 1 + hangs * (1 if served else 2)
     assert result.cut_short == "exploration stopped after 4 runs that hung with a failure already reported"
 

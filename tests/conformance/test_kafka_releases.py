@@ -33,13 +33,20 @@ UNIT_TESTS = ("kafka.DelayedOperationTest.testRequestSatisfaction", "kafka.Delay
 INIT = {"profile": "purgatory", "params": {"tick_ms": 1, "wheel_size": 20, "start_ms": 0, "purge_interval": 1000}}
 
 
-def test_a_rerun_line_names_the_release_rather_than_its_classpath():
+def test_a_rerun_line_names_the_release_rather_than_its_classpath(tmp_path, monkeypatch):
     from kpurgatory.conformance.check.sequential import target_flags
+    monkeypatch.setenv("KPURGATORY_CACHE", str(tmp_path))
+    remembered = kafka.classpath_file("4.4.0")
+    remembered.parent.mkdir(parents=True)
+    remembered.write_text("/m2/a.jar\n")
     command = shlex.join([*kafka.RUN_ADAPTER, "--era", "java-purgatory", "--kafka-version", "4.4.0", "/m2/a.jar"])
     assert kafka.release_of(command) == "4.4.0"
     assert target_flags(None, command, "contract") == "--kafka 4.4.0 --level contract"
     assert kafka.release_of(shlex.join([*kafka.RUN_ADAPTER, "/m2/a.jar"])) is None
     assert target_flags(None, "node adapter.js", "exact") == "--adapter 'node adapter.js'"
+    # a build of one's own that declares the release is run again by its own command, not the published jars
+    own = shlex.join([*kafka.RUN_ADAPTER, "--era", "java-purgatory", "--kafka-version", "4.4.0", "/edit:/m2/a.jar"])
+    assert kafka.release_of(own) is None and target_flags(None, own, "exact") == f"--adapter {shlex.quote(own)}"
 
 
 def test_a_version_that_is_no_covered_release_is_a_usage_error():

@@ -15,6 +15,7 @@ import shlex
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -40,7 +41,11 @@ import (
 )
 
 func TestVectors(t *testing.T) {{
-	b, err := stdio.Start(os.Getenv("KPURGATORY_ADAPTER"), "exact")
+	level := os.Getenv("KPURGATORY_LEVEL")
+	if level == "" {{
+		level = "exact"
+	}}
+	b, err := stdio.Start(os.Getenv("KPURGATORY_ADAPTER"), level)
 	if err != nil {{
 		t.Fatal(err)
 	}}
@@ -82,15 +87,17 @@ def go_zero_module(tmp: Path) -> Path:
     return use_driver(module)
 
 
-def run_vectors(module: Path, tree: Path, out: Path, adapter: str | None = None):
-    """`go test -v` in the module; returns (exit code, go test's output, the results file's cases by path)."""
+def run_vectors(module: Path, tree: Path, out: Path, adapter: str | list[str] | None = None, verbose: bool = True,
+                **variables: str):
+    """`go test` (-v unless told) in the module, with the environment's variables; returns (exit code, go test's
+    output, the results file's cases by path). An adapter is a factory for the stdio module or a whole command."""
     results = out / "results.json"
     env = {**os.environ, "KPURGATORY_VECTORS": str(tree), "KPURGATORY_VECTORS_OUT": str(out),
-           "KPURGATORY_VECTORS_RESULTS": str(results)}
+           "KPURGATORY_VECTORS_RESULTS": str(results), **variables}
     if adapter is not None:
-        env["KPURGATORY_ADAPTER"] = shlex.join([*STDIO, adapter])
-    done = subprocess.run(["go", "test", "-count=1", "-v", "."], cwd=module, env=env, capture_output=True, text=True,
-                          timeout=900)
+        env["KPURGATORY_ADAPTER"] = shlex.join([*STDIO, adapter] if isinstance(adapter, str) else adapter)
+    done = subprocess.run(["go", "test", "-count=1", *(["-v"] if verbose else []), "."], cwd=module, env=env,
+                          capture_output=True, text=True, timeout=900)
     cases = {case["path"]: case for case in json.loads(results.read_text())["cases"]} if results.exists() else {}
     return done.returncode, done.stdout + done.stderr, cases
 
@@ -184,3 +191,224 @@ def test_each_go_zero_finding_reproduces_on_the_library(go_zero_adapter, tmp_pat
     # the live library breaks the contract at the same step, in the same way, as the recorded answers
     failure = re.compile(r"FAIL \S+ at step \d+ .*|  - system breaks .*")
     assert failure.findall(live.output) == failure.findall(recorded.output) != []
+
+
+#: an in-process timer that fires each task at its deadline (inside every firing window of the contract level), and
+#: misbehaves as the environment says: Add recurses without end for one task, Advance never returns in cases that
+#: start at a given time, deadlines wrap as Kafka's long arithmetic does, Advance runs what is due by SHIFT_MS after
+#: its time; it declares the Kafka release and the firing it is given
+IN_PROCESS_TEST = """package mytimer
+
+import (
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	vectors "{module}"
+)
+
+type timer struct {{
+	now  int64
+	due  map[string]int64
+	hang bool
+}}
+
+func (t *timer) Init(p vectors.Params) error {{
+	t.now, t.due = p.StartMs, map[string]int64{{}}
+	t.hang = os.Getenv("HANG_AT_START_MS") == strconv.FormatInt(p.StartMs, 10)
+	return nil
+}}
+
+func recurse(n int) int {{ return recurse(n+1) + 1 }}
+
+func (t *timer) Add(task string, delayMs int64) ([]string, error) {{
+	if task == os.Getenv("RECURSE_ON_TASK") {{
+		recurse(0)
+	}}
+	if os.Getenv("WRAP") == "" && delayMs > math.MaxInt64-t.now {{
+		return nil, vectors.ErrDelayOutOfRange
+	}}
+	t.due[task] = t.now + delayMs
+	return t.fire(t.now)
+}}
+
+func (t *timer) Cancel(task string) ([]string, error) {{
+	delete(t.due, task)
+	return nil, nil
+}}
+
+func (t *timer) Advance(toMs int64) ([]string, error) {{
+	if t.hang {{
+		time.Sleep(time.Hour)
+	}}
+	shift, _ := strconv.ParseInt(os.Getenv("SHIFT_MS"), 10, 64)
+	ran, err := t.fire(toMs + shift)
+	t.now = toMs
+	return ran, err
+}}
+
+func (t *timer) fire(toMs int64) (ran []string, err error) {{
+	t.now = toMs
+	for task, due := range t.due {{
+		if due <= toMs {{
+			ran = append(ran, task)
+		}}
+	}}
+	slices.SortFunc(ran, func(a, b string) int {{ return int(t.due[a]>>1 - t.due[b]>>1) }})
+	for _, task := range ran {{
+		delete(t.due, task)
+	}}
+	return ran, nil
+}}
+
+func (t *timer) Size() (int64, error) {{ return int64(len(t.due)), nil }}
+
+func (t *timer) Shutdown() (pending []string, err error) {{
+	for task := range t.due {{
+		pending = append(pending, task)
+	}}
+	return pending, nil
+}}
+
+func TestVectors(t *testing.T) {{
+	vectors.Run(t, vectors.Binding{{Name: "test timer", Level: "contract", Profiles: []string{{"timer"}},
+		Declarations: vectors.Declarations{{KafkaVersion: os.Getenv("KAFKA_VERSION"), Firing: os.Getenv("FIRING")}},
+		System: vectors.TimerSystem(&timer{{}})}})
+}}
+"""
+
+
+@pytest.fixture(scope="module")
+def in_process(tmp_path_factory) -> Path:
+    module = tmp_path_factory.mktemp("in-process") / "my-timer-vectors"
+    module.mkdir()
+    go("mod", "init", "example.com/mytimer", cwd=module)
+    (module / "vectors_test.go").write_text(IN_PROCESS_TEST.format(module=driver_module()))
+    return use_driver(module)
+
+
+def test_a_call_that_overflows_its_stack_fails_only_the_cases_reaching_it(vector_tree, timer_steps, in_process,
+                                                                          tmp_path):
+    """Add recursing without end takes the child serving the binding down: each case adding that task fails as
+    crashed with Go's own words, and a new child serves the next case."""
+    reaching = {path for path, steps in timer_steps.items() if any(s["args"].get("task") == "t3" for s in steps)}
+    started = time.monotonic()
+    code, output, cases = run_vectors(in_process, vector_tree, tmp_path, RECURSE_ON_TASK="t3")
+    elapsed = time.monotonic() - started
+    crashed = {path for path, case in cases.items() if case["verdict"] == "fail"}
+    assert code == 1 and crashed == reaching != set(), output[-4000:]
+    assert all(cases[path]["reason"].startswith("the system failed: crashed: ") and
+               "fatal error: stack overflow" in cases[path]["reason"] for path in crashed)
+    assert all(cases[path]["verdict"] == "pass" for path in set(timer_steps) - crashed)
+    print(f"\n{len(crashed)} crashed cases of {len(timer_steps)} in {elapsed:.1f} s:\n"
+          + "\n".join(line for line in output.splitlines() if "--- FAIL" in line or "crashed: " in line)[:3000])
+    assert elapsed < 120
+
+
+def test_a_call_that_never_returns_fails_its_case_and_the_run_goes_on(vector_tree, timer_steps, hanging_start,
+                                                                       in_process, tmp_path):
+    """Advance blocking for ever in the cases that start at one time: each fails hung after the call timeout, go test
+    (without -v) names it, and every other case runs and passes."""
+    start_ms, hanging = hanging_start
+    started = time.monotonic()
+    code, output, cases = run_vectors(in_process, vector_tree, tmp_path, verbose=False,
+                                      HANG_AT_START_MS=str(start_ms), KPURGATORY_VECTORS_CALL_TIMEOUT_MS="1000")
+    elapsed = time.monotonic() - started
+    failed = {path for path, case in cases.items() if case["verdict"] == "fail"}
+    assert code == 1 and failed == hanging, output[-4000:]
+    for path in failed:
+        assert cases[path]["reason"] == "the system failed: hung: no answer to advance within 1s"
+        assert f"--- FAIL: TestVectors/{path}" in output
+    assert all(cases[path]["verdict"] == "pass" for path in set(timer_steps) - failed)
+    print(f"\n{len(failed)} hung cases of {len(timer_steps)} in {elapsed:.1f} s:\n{output[:3000]}")
+    assert elapsed < 60 + 2 * len(failed)
+
+
+@pytest.mark.parametrize("shift, firing, step, reason", [
+    (-1, "never_early_up_to_tick_late", None, None),  # hi null: never late, even after an advance to 2^63-1
+    (-1, "kafka", 3, 'on_time: still pending after advance to 9223372036854775807, past the end of their kafka '
+                     'firing window: ["max" (window [9223372036854775807, 9223372036854775807])]'),
+    (1, "never_early_up_to_tick_late", 2,  # lo kept
+     'on_time: task "max" ran at 9223372036854775806, early: its never_early_up_to_tick_late firing window is '
+     '[9223372036854775807, null]')])
+def test_a_window_ending_past_long_max_is_never_late(far_deadline_tree, in_process, tmp_path, shift, firing, step,
+                                                    reason):
+    """A window whose hi is null (its end past 2^63-1, specs/vectors.md §2) keeps its lo and is never late; a real hi
+    of 2^63-1 is late after an advance to 2^63-1."""
+    code, output, cases = run_vectors(in_process, far_deadline_tree, tmp_path, SHIFT_MS=str(shift), FIRING=firing)
+    [case] = cases.values()
+    assert (case["verdict"], case["step"], case["reason"]) == ("fail" if step else "pass", step, reason), output[-3000:]
+    assert code == (1 if step else 0)
+
+
+def test_a_stdio_adapter_that_hangs_once_is_restarted(vector_tree, hangs_once, tmp_path):
+    started = time.monotonic()
+    code, output, cases = run_vectors(user_module(tmp_path), vector_tree, tmp_path, hangs_once, verbose=False,
+                                      KPURGATORY_VECTORS_CALL_TIMEOUT_MS="2000")
+    failed = [path for path, case in cases.items() if case["verdict"] == "fail"]
+    assert code == 1 and len(failed) == 1, output[-4000:]
+    assert cases[failed[0]]["reason"].startswith("the system failed: hung: no answer to ")
+    assert f"--- FAIL: TestVectors/{failed[0]}" in output
+    later = [case for path, case in cases.items() if path > failed[0]]
+    assert later and all(case["verdict"] in ("pass", "skip") for case in later)
+    assert time.monotonic() - started < 120
+
+
+def test_a_run_in_which_no_case_ran_fails(vector_tree, release_tree, in_process, tmp_path):
+    """A binding following a Kafka release has no case in a tree for current Kafka: the run fails, saying why and how
+    to make its tree; in the tree made for it, its cases run."""
+    release = json.loads((release_tree / "index.json").read_text())["kafka_version"]
+    code, output, cases = run_vectors(in_process, vector_tree, tmp_path, KAFKA_VERSION=release)
+    assert code == 1 and cases and all(case["verdict"] == "skip" for case in cases.values())
+    assert "no case ran: a run that checks nothing does not pass" in output
+    assert re.search(r"\d+ skipped: profile purgatory is not implemented", output)
+    assert f"`kpurgatory vectors DIR --kafka-version {release}`" in output
+    code, output, cases = run_vectors(in_process, release_tree, tmp_path, KAFKA_VERSION=release)
+    assert code == 0, output[-4000:]
+    assert {path for path, case in cases.items() if case["verdict"] == "pass"} == {
+        case["path"] for case in index(release_tree) if case["profile"] == "timer" and case["kafka_version"] == release}
+
+
+def test_kafka_findings_are_reported_as_kafka_does(vector_tree, release_tree, in_process, tmp_path):
+    """A timer whose deadlines wrap as Kafka's long arithmetic does fails the findings cases of that class under the
+    finding's name (and the other cases its wrap breaks as plain failures); declaring the Kafka release it follows,
+    it passes those findings cases, in a tree made for that release."""
+    code, output, cases = run_vectors(in_process, vector_tree, tmp_path, WRAP="1")
+    failed = {path: case for path, case in cases.items() if case["verdict"] == "fail"}
+    findings = {path: case for path, case in failed.items() if "finding" in case}
+    assert code == 1 and findings, output[-4000:]
+    for path, case in failed.items():
+        assert "/findings/" in path and case["reason"].startswith(f"as Kafka does: {case['finding']}: ") \
+            if path in findings else not case["reason"].startswith("as Kafka does"), case
+    names = {case["finding"] for case in findings.values()}
+    assert names >= {"deadline-wraps", "far-deadline-runs-early"}
+    assert f"--- FAIL: TestVectors/{next(iter(findings))}" in output
+    release = json.loads((release_tree / "index.json").read_text())["kafka_version"]
+    code, output, cases = run_vectors(in_process, release_tree, tmp_path, WRAP="1", KAFKA_VERSION=release)
+    passed = {case["finding"]: case for case in cases.values() if case.get("finding")}
+    assert passed.keys() == names, output[-4000:]
+    assert all(case["verdict"] == "pass" and case["reason"].startswith(f"as Kafka does: {name}: ")
+               for name, case in passed.items())
+
+
+def test_purgatory_cases_at_the_contract_level(vector_tree, tmp_path):
+    """The built-in implementation passes every purgatory case at the contract level; a purgatory whose cancel of a
+    key completes its ops fails it, naming the property it breaks."""
+    module = user_module(tmp_path)
+    code, output, cases = run_vectors(module, vector_tree, tmp_path, "kpurgatory.conformance.adapters.builtin:factory",
+                                      KPURGATORY_LEVEL="contract")
+    assert code == 0, output[-4000:]
+    purgatory = {case["path"] for case in index(vector_tree) if case["profile"] == "purgatory"
+                 and not case["kafka_version"]}
+    assert purgatory and all(cases[path]["verdict"] == "pass" for path in purgatory)
+    code, output, cases = run_vectors(module, vector_tree, tmp_path,
+                                      "kpurgatory.conformance.tools.mutants:cancel_key_completes",
+                                      KPURGATORY_LEVEL="contract")
+    failed = [case for case in cases.values() if case["verdict"] == "fail"]
+    assert code == 1 and failed, output[-4000:]
+    assert all(case["path"].startswith("1/purgatory/") and case["reason"].startswith("justified: ") for case in failed)
+    replay = CliRunner().invoke(main, ["replay", failed[0]["observed"], "--level", "contract"])
+    assert replay.exit_code == 1 and "justified" in replay.output, replay.output

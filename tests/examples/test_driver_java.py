@@ -13,6 +13,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 import xml.etree.ElementTree as ElementTree
 import zipfile
 from pathlib import Path
@@ -24,11 +25,16 @@ from kpurgatory.conformance.cli import main
 from kpurgatory.conformance.tools import vectors
 from kpurgatory.model import vocabulary as v
 
+sys.path.insert(0, str(Path(__file__).parent))  # small_trees.py
+from small_trees import boom_tree, subtree  # noqa: E402
+
 CONFORMANCE = Path(__file__).resolve().parents[2] / "conformance"
 DRIVER, EXAMPLES = CONFORMANCE / "drivers" / "java", CONFORMANCE / "examples"
 pytestmark = pytest.mark.skipif(shutil.which("mvn") is None or shutil.which("java") is None,
                                 reason="Maven and a JDK are needed to build the Java driver")
 ADAPTER = f"{sys.executable} -m kpurgatory.conformance.adapters.stdio"
+BUILTIN = f"{ADAPTER} kpurgatory.conformance.adapters.builtin:factory"
+MISBEHAVING = Path(__file__).resolve().parents[1] / "conformance" / "misbehaving_adapter.py"
 POM = "{http://maven.apache.org/POM/4.0.0}"
 
 #: a user's project that runs the vectors against any implementation behind a stdio adapter (KPURGATORY_ADAPTER)
@@ -110,11 +116,12 @@ def example_project(tmp: Path, name: str) -> Path:
     return Path(shutil.copytree(EXAMPLES / name, tmp / name, ignore=shutil.ignore_patterns("target")))
 
 
-def run_vectors(project: Path, tree: Path, tmp: Path, *,
-                adapter: str | None = None) -> tuple[subprocess.CompletedProcess, dict, dict]:
-    """`mvn test` in the project; its output, the results file and Surefire's counts."""
+def run_vectors(project: Path, tree: Path, tmp: Path, *, adapter: str | None = None,
+                **settings: str) -> tuple[subprocess.CompletedProcess, dict, dict]:
+    """`mvn test` in the project, with more environment variables (``settings``); its output, the results file and
+    Surefire's counts."""
     env = {**os.environ, "KPURGATORY_VECTORS": str(tree), "KPURGATORY_VECTORS_OUT": str(tmp / "observed"),
-           "KPURGATORY_VECTORS_RESULTS": str(tmp / "results.json")}
+           "KPURGATORY_VECTORS_RESULTS": str(tmp / "results.json"), **settings}
     if adapter:
         env["KPURGATORY_ADAPTER"] = adapter
     completed = subprocess.run(["mvn", "-q", "test"], cwd=project, env=env, capture_output=True, text=True,
@@ -147,8 +154,7 @@ def test_install_builds_the_jar_with_its_sources_and_javadoc(installed):
 
 
 def test_every_vector_passes_against_the_builtin_adapter(installed, vector_tree, tmp_path):
-    completed, results, counts = run_vectors(user_project(tmp_path), vector_tree, tmp_path,
-                                             adapter=f"{ADAPTER} kpurgatory.conformance.adapters.builtin:factory")
+    completed, results, counts = run_vectors(user_project(tmp_path), vector_tree, tmp_path, adapter=BUILTIN)
     assert completed.returncode == 0, completed.stdout[-4000:] + completed.stderr[-4000:]
     index = json.loads((vector_tree / "index.json").read_text())
     by = verdicts(results)
@@ -180,9 +186,12 @@ def test_agrona_passes_every_timer_case_at_the_contract_level(installed, vector_
     completed, results, counts = run_vectors(project, vector_tree, tmp_path)
     by = verdicts(results)
     assert results["level"] == "contract" and results["implementation"].startswith("agrona DeadlineTimerWheel")
-    # its one divergence (README, Findings) needs an advance to Long.MAX_VALUE, which this tree may or may not hold
+    # its one divergence (README, Findings) needs an advance to Long.MAX_VALUE, which this tree may or may not hold:
+    # the wheel expires a timer id it never scheduled or, empty, polls without end (hung)
     failed = [case for case in results["cases"] if case["verdict"] == "fail"]
-    assert all("agrona timer id" in case["reason"] for case in failed), failed
+    assert all("agrona timer id" in case["reason"] or case["reason"] == "hung: no answer to advance within 10 s"
+               and json.loads(Path(case["observed"]).read_text().splitlines()[-1])["args"]["to_ms"] == v.LONG_MAX
+               for case in failed), failed
     assert (completed.returncode == 0) == (not failed), completed.stdout[-4000:]
     assert by["pass"] and {case["reason"] for case in results["cases"] if case["verdict"] == "skip"} == {
         "profile purgatory is not implemented"}
@@ -228,3 +237,232 @@ def test_caffeine_re_put_of_a_due_entry_runs_it_and_keeps_the_new_one(installed,
     [failed] = results["cases"]
     assert failed["step"] == 3 and failed["reason"] == "counters: size 1, expected 0"
     assert f"{path}: step 3 size" in completed.stdout
+
+
+#: a plain timer (a map of deadlines) as an in-process binding at the contract level, misbehaving as MISBEHAVE says
+#: on the task "boom": its add recurses without end, or an advance with it pending never returns; or, with "divide",
+#: every add past 2^62 ms divides by zero as Kafka's wheel does there; an advance runs what is due by SHIFT_MS after
+#: its time. It declares KAFKA_VERSION and FIRING, if set.
+PLAIN_TIMER_TEST = """package example;
+
+import com.fasterxml.jackson.databind.node.JsonNodeFactory;
+import io.github.kpurgatory.vectors.Binding;
+import io.github.kpurgatory.vectors.Params;
+import io.github.kpurgatory.vectors.TimerUnderTest;
+import io.github.kpurgatory.vectors.VectorTests;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.function.Consumer;
+
+class PlainTimerVectorsTest extends VectorTests {
+    static final String MISBEHAVE = System.getenv().getOrDefault("MISBEHAVE", "");
+    static final long SHIFT_MS = Long.parseLong(System.getenv().getOrDefault("SHIFT_MS", "0"));
+
+    static final class PlainTimer implements TimerUnderTest {
+        private final Map<String, Long> due = new HashMap<>();
+        private long now;
+        private Consumer<String> run;
+
+        public void init(Params params, Consumer<String> run) {
+            now = params.startMs();
+            this.run = run;
+        }
+
+        public void add(String task, long delayMs) {
+            if (MISBEHAVE.equals("recurse") && task.equals("boom")) {
+                deeper(0);
+            }
+            if (MISBEHAVE.equals("divide") && now > Long.MAX_VALUE / 2) {
+                throw new ArithmeticException("/ by zero");
+            }
+            due.remove(task);
+            if (delayMs <= 0) {
+                run.accept(task);
+            } else {
+                due.put(task, now + delayMs);
+            }
+        }
+
+        public void cancel(String task) {
+            due.remove(task);
+        }
+
+        public void advance(long toMs) {
+            while (MISBEHAVE.equals("hang") && due.containsKey("boom")) {
+                Thread.onSpinWait();  // never returns, deaf to interrupts
+            }
+            now = toMs;
+            long upTo = SHIFT_MS > 0 && toMs > Long.MAX_VALUE - SHIFT_MS ? Long.MAX_VALUE : toMs + SHIFT_MS;
+            due.entrySet().stream().filter(e -> e.getValue() <= upTo).sorted(Map.Entry.comparingByValue())
+                    .map(Map.Entry::getKey).toList().forEach(task -> {
+                        due.remove(task);
+                        run.accept(task);
+                    });
+        }
+
+        public long size() {
+            return due.size();
+        }
+
+        public List<String> shutdown() {
+            return new ArrayList<>(due.keySet());
+        }
+
+        private static long deeper(long n) {
+            return deeper(n + 1) + 1;
+        }
+    }
+
+    @Override
+    protected Binding binding() {
+        var declarations = JsonNodeFactory.instance.objectNode();
+        if (System.getenv("KAFKA_VERSION") != null) {
+            declarations.put("kafka_version", System.getenv("KAFKA_VERSION"));
+        }
+        if (System.getenv("FIRING") != null) {
+            declarations.put("firing", System.getenv("FIRING"));
+        }
+        return TimerUnderTest.binding("plain timer", "contract", declarations, true, params -> null, PlainTimer::new);
+    }
+}
+"""
+
+
+def plain_timer_project(tmp: Path) -> Path:
+    project = tmp / "plain-timer-vectors"
+    (project / "src/test/java/example").mkdir(parents=True)
+    (project / "pom.xml").write_text(USER_POM.format(**coordinates()))
+    (project / "src/test/java/example/PlainTimerVectorsTest.java").write_text(PLAIN_TIMER_TEST)
+    return project
+
+
+def case_lines(output: str, results: dict) -> list[str]:
+    """Per case, the runner's first output line about it when it did not pass, and its verdict and reason."""
+    return [line for case in results["cases"] for line in
+            ([next((line for line in output.splitlines() if case["path"] in line), "")] * (case["verdict"] != "pass")
+             + [f"{case['path']}: {case['verdict']} {case['reason'] or ''}"]) if line]
+
+
+def test_a_binding_that_overflows_its_stack_fails_that_case_only(installed, tmp_path):
+    started = time.monotonic()
+    completed, results, counts = run_vectors(plain_timer_project(tmp_path), boom_tree(tmp_path / "tree"), tmp_path,
+                                             MISBEHAVE="recurse")
+    elapsed = time.monotonic() - started
+    print(f"stack overflow: {elapsed:.1f} s (mvn test), the runner says:", *case_lines(completed.stdout, results),
+          sep="\n  ")
+    assert completed.returncode == 1 and counts["failures"] == 1 and counts["errors"] == 0, completed.stdout[-3000:]
+    by = {case["path"].split("/")[-1]: case for case in results["cases"]}
+    assert by["1.boom.jsonl"]["reason"] == "failed: java.lang.StackOverflowError" and by["1.boom.jsonl"]["step"] == 2
+    assert [case["verdict"] for name, case in sorted(by.items()) if name != "1.boom.jsonl"] == ["pass"] * 4
+    assert "1.boom.jsonl: step 2 timer_add" in completed.stdout and "StackOverflowError" in completed.stdout
+
+
+def test_a_call_that_never_returns_fails_as_hung_and_the_run_goes_on(installed, tmp_path):
+    started = time.monotonic()
+    completed, results, counts = run_vectors(plain_timer_project(tmp_path), boom_tree(tmp_path / "tree"), tmp_path,
+                                             MISBEHAVE="hang", KPURGATORY_VECTORS_CALL_TIMEOUT_MS="2000")
+    elapsed = time.monotonic() - started
+    print(f"hung advance: {elapsed:.1f} s (mvn test, a 2 s limit), the runner says:",
+          *case_lines(completed.stdout, results), sep="\n  ")
+    assert completed.returncode == 1 and counts["failures"] == 1, completed.stdout[-3000:]
+    by = {case["path"].split("/")[-1]: case for case in results["cases"]}
+    assert by["1.boom.jsonl"]["reason"] == "hung: no answer to advance within 2 s" and by["1.boom.jsonl"]["step"] == 3
+    # the cases after it ran on a new instance, while the abandoned thread spins on
+    assert [case["verdict"] for name, case in sorted(by.items()) if name != "1.boom.jsonl"] == ["pass"] * 4
+
+
+@pytest.mark.parametrize("shift, firing, step, reason", [
+    (-1, "never_early_up_to_tick_late", None, None),  # hi null: never late, even after an advance to 2^63-1
+    (-1, "kafka", 3, "on_time: still pending after advance to 9223372036854775807, past their firing window "
+                     "(kafka): max"),
+    (1, "never_early_up_to_tick_late", 2,  # lo kept
+     "on_time: max ran at 9223372036854775806, before its window opens at 9223372036854775807")])
+def test_a_window_ending_past_long_max_is_never_late(installed, far_deadline_tree, tmp_path, shift, firing, step,
+                                                    reason):
+    """A window whose hi is null (its end past 2^63-1, specs/vectors.md §2) keeps its lo and is never late; a real hi
+    of 2^63-1 is late after an advance to 2^63-1."""
+    completed, results, counts = run_vectors(plain_timer_project(tmp_path), far_deadline_tree, tmp_path,
+                                             SHIFT_MS=str(shift), FIRING=firing)
+    [case] = results["cases"]
+    assert (case["verdict"], case["step"], case["reason"]) == ("fail" if step else "pass", step, reason), \
+        completed.stdout[-3000:]
+    assert completed.returncode == (1 if step else 0)
+
+
+@pytest.mark.parametrize("mode, reason", [("hang", "hung: no answer to "),
+                                          ("crash", "crashed: the adapter exited (status 3); its stderr ends: "
+                                                    "simulated crash")])
+def test_an_adapter_that_breaks_once_is_replaced(installed, vector_tree, tmp_path, mode, reason):
+    """The first adapter breaks at its first run's second command; the driver kills it and starts the next one,
+    which behaves: every other case passes, and the run ends."""
+    once = tmp_path / "broke-once"
+    adapter = (f"if mkdir {once} 2>/dev/null; then exec {sys.executable} {MISBEHAVING} {mode} 3; "
+               f"else exec {BUILTIN}; fi")
+    started = time.monotonic()
+    completed, results, counts = run_vectors(user_project(tmp_path), vector_tree, tmp_path, adapter=adapter,
+                                             KPURGATORY_VECTORS_CALL_TIMEOUT_MS="2000")
+    print(f"adapter {mode} once: {time.monotonic() - started:.1f} s (mvn test)")
+    failed = [case for case in results["cases"] if case["verdict"] == "fail"]
+    assert completed.returncode == 1 and len(failed) == 1, completed.stdout[-3000:]
+    assert failed[0]["reason"].startswith(reason) and failed[0]["step"] == 2
+    assert all(case["verdict"] == "pass" for case in results["cases"] if case["verdict"] != "skip" and case != failed[0])
+
+
+def test_a_run_in_which_no_case_ran_fails(installed, vector_tree, tmp_path):
+    """A timer binding following Kafka 3.9.0 on a tree of current Kafka: nothing runs, and the run says why."""
+    tree = subtree(vector_tree, tmp_path / "tree", lambda entry: entry["kind"] == "scenarios")
+    completed, results, counts = run_vectors(plain_timer_project(tmp_path), tree, tmp_path, KAFKA_VERSION="3.9.0")
+    skips = {case["reason"] for case in results["cases"]}
+    assert completed.returncode == 1 and counts["failures"] == 1 and {case["verdict"] for case in results["cases"]} \
+        == {"skip"}, completed.stdout[-3000:]
+    assert skips == {"profile purgatory is not implemented",
+                     "the case is about Kafka (current); the binding declares 3.9.0"}
+    assert f"no case ran: all {len(results['cases'])} were skipped (" in completed.stdout
+    assert "make a tree for it with `kpurgatory vectors DIR --kafka-version 3.9.0`" in completed.stdout
+
+
+@pytest.fixture(scope="module")
+def tree_of_3_9(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("vectors-3.9.0")
+    result = CliRunner().invoke(main, ["vectors", str(out), "--quick", "--seed", "7", "--profile", "timer",
+                                       "--kafka-version", "3.9.0"])
+    assert result.exit_code == 0, result.output
+    return out
+
+
+@pytest.mark.parametrize("release", [None, "3.9.0"])
+def test_failing_as_kafka_does_is_reported_under_the_finding(installed, vector_tree, tree_of_3_9, tmp_path, release):
+    """The interval-divides-by-zero finding's case, on a binding that divides by zero there as Kafka's wheel does:
+    a failure under the finding's name, or a pass for a binding following Kafka 3.9.0."""
+    tree = subtree(tree_of_3_9 if release else vector_tree, tmp_path / "tree",
+                   lambda entry: entry["finding"] == "interval-divides-by-zero")
+    completed, results, counts = run_vectors(plain_timer_project(tmp_path), tree, tmp_path, MISBEHAVE="divide",
+                                             **({"KAFKA_VERSION": release} if release else {}))
+    [case] = results["cases"]
+    assert case["finding"] == "interval-divides-by-zero" and case["step"] == 1
+    assert case["reason"].startswith("as Kafka does: interval-divides-by-zero (failed: java.lang.ArithmeticException: "
+                                     "/ by zero")
+    assert case["verdict"] == ("pass" if release else "fail")
+    assert completed.returncode == (0 if release else 1), completed.stdout[-3000:]
+    assert "as Kafka does: interval-divides-by-zero" in completed.stdout
+
+
+def test_purgatory_cases_are_judged_at_the_contract_level(installed, vector_tree, tmp_path):
+    completed, results, counts = run_vectors(user_project(tmp_path), vector_tree, tmp_path, adapter=BUILTIN,
+                                             KPURGATORY_LEVEL="contract")
+    assert completed.returncode == 0, completed.stdout[-3000:]
+    purgatory = [case for case in results["cases"] if case["path"].startswith("1/purgatory/")]
+    assert {case["verdict"] for case in purgatory if "/releases/" not in case["path"]} == {"pass"}
+
+
+def test_a_purgatory_mutant_fails_the_contract_naming_the_property(installed, vector_tree, tmp_path):
+    completed, results, counts = run_vectors(
+        user_project(tmp_path), vector_tree, tmp_path, KPURGATORY_LEVEL="contract",
+        adapter=f"{ADAPTER} kpurgatory.conformance.tools.mutants:double_completion")
+    failed = [case for case in results["cases"] if case["verdict"] == "fail"]
+    assert completed.returncode == 1 and failed
+    assert all(case["reason"].startswith("exactly_once: ") and "completed a second time" in case["reason"]
+               for case in failed), failed
+    assert f"kpurgatory replay {failed[0]['observed']} --level contract" in completed.stdout

@@ -2,11 +2,14 @@
 (`kpurgatory.conformance.tools.mutants`): each one's own run, played against it, shows the bug at the levels that can
 see it, and the built-in implementation passes the same run."""
 
+import pytest
+
 from kpurgatory.conformance.adapters.builtin import BuiltinAdapter
+from kpurgatory.conformance.check.concurrent import run_concurrent_check
+from kpurgatory.conformance.check.sequential import run_check
 from kpurgatory.conformance.tools.mutants import BY_ID, adapter_class
 from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.conformance.traces.replay import replay
-from kpurgatory.impl.purgatory import SHARDS
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import WatcherShards
 
@@ -48,21 +51,40 @@ def test_a_cancelled_key_leaves_its_ops_in_the_timer():
         {"exact": 3, "contract": 3}
 
 
-def key_on_shard(wanted) -> str:
-    """A key whose shard of impl's purgatory (Kafka's rule over its `SHARDS`, as its hello declares) is ``wanted``."""
-    return next(key for key in (f"k{number}" for number in range(10_000)) if wanted(WatcherShards(SHARDS).shard(key)))
+def key_on_shard(shards: WatcherShards, wanted) -> str:
+    """A key whose shard (Kafka's rule over ``shards``, as the mutant's hello declares) is ``wanted``."""
+    return next(key for key in (f"k{number}" for number in range(10_000)) if wanted(shards.shard(key)))
 
 
 def test_the_purge_leaves_completed_ops_on_the_last_shards_lists():
-    """Purge interval 0: the advance after a completion purges. A key in any other shard is swept clean; on the
-    last shard's key the completed op stays watched (and the advance purged nothing, which the exact level reads)."""
+    """Purge interval 0: the advance after a completion purges. A key in any other of Kafka's 512 shards is swept
+    clean; on the last shard's key the completed op stays watched (and the advance purged nothing, which the exact
+    level reads)."""
     def run(key: str) -> list[v.Command]:
         return [v.Watch("o", [key], 10), v.Force("o"), v.Advance(1), v.Watched()]
 
+    shards = adapter_class(BY_ID["purge_skips_last_shard"])().hello().declarations.watcher_shards
+    assert shards.count == 512
     params = v.Params(1, 20, 0, 0)
-    elsewhere = run(key_on_shard(lambda shard: shard < SHARDS - 1))
+    elsewhere = run(key_on_shard(shards, lambda shard: shard < shards.count - 1))
     assert failing_level("purge_skips_last_shard", "purgatory", params, elsewhere) == \
         {"exact": None, "contract": None}
-    last = run(key_on_shard(lambda shard: shard == SHARDS - 1))
+    last = run(key_on_shard(shards, lambda shard: shard == shards.count - 1))
     assert failing_level("purge_skips_last_shard", "purgatory", params, last) == \
         {"exact": 3, "contract": 4}
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_a_purge_that_skips_one_of_512_shards_is_caught_at_every_level_in_a_few_runs(seed, tmp_path):
+    """A request watched on a key of every shard, completed, then a purge: the skipped shard keeps its entry. At the
+    contract level it shows as watched() above the live entries, and the counterexample narrows to that one key."""
+    mutant = adapter_class(BY_ID["purge_skips_last_shard"])
+    shards = mutant().hello().declarations.watcher_shards
+    for level in ("exact", "contract"):
+        result = run_check(mutant, profile="purgatory", level=level, examples=20, seed=seed, max_failures=1,
+                           out_dir=tmp_path / level)
+        [found] = result.failures
+        watches = [step.command for step in found.counterexample.steps if isinstance(step.command, v.Watch)]
+        assert [shards.shard(key) for watch in watches for key in watch.keys] == [shards.count - 1]
+    concurrent = run_concurrent_check(mutant, threads=3, runs=10, steps=20, seed=seed, out_dir=tmp_path / "threads")
+    assert "watcher_cleanup" in {violation.property for violation in concurrent.violations}

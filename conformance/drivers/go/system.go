@@ -5,6 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"strconv"
+	"time"
 )
 
 // Params are a case's init (the trace header's params).
@@ -37,6 +40,29 @@ var (
 	ErrDelayOutOfRange = errors.New("delay_out_of_range")
 	ErrEmptyKeys       = errors.New("empty_keys")
 )
+
+// How a call failed to answer, besides an error of its own (specs/vectors.md §4): it hung (no answer within
+// CallTimeout) or it crashed (took its process down). Wrapped, with what is known, they are the step's failure text.
+var (
+	ErrHung    = errors.New("hung")
+	ErrCrashed = errors.New("crashed")
+)
+
+// CallTimeout is how long a call may take: KPURGATORY_VECTORS_CALL_TIMEOUT_MS, 10 s by default.
+func CallTimeout() time.Duration {
+	if ms, err := strconv.ParseInt(os.Getenv("KPURGATORY_VECTORS_CALL_TIMEOUT_MS"), 10, 64); err == nil && ms > 0 {
+		return time.Duration(ms) * time.Millisecond
+	}
+	return 10 * time.Second
+}
+
+// OutOfProcess is a System whose implementation runs in a process of its own and bounds its calls itself (the stdio
+// adapter: it kills and restarts a hung or dead adapter). The driver calls it from the test's process; any other
+// System runs in a child process of the test, where a crash or a hang ends only that child (supervise.go).
+type OutOfProcess interface {
+	System
+	OutOfProcess()
+}
 
 // ErrCannotRun (wrapped, with the reason) from any call says the binding cannot carry out this case, e.g. an
 // advance beyond what it can drive: the case is skipped with that reason, judged up to there.
@@ -159,7 +185,7 @@ func (s purgatorySystem) Step(cmd string, a map[string]any) (Observation, error)
 	case "size":
 		result, err = s.p.Size()
 	case "shutdown":
-		result, err = s.p.Shutdown()
+		result, err = ids(s.p.Shutdown())
 	default:
 		result, err = readOut(s.p, cmd)
 	}
@@ -181,9 +207,17 @@ func observe(result any, events []Event, err error) (Observation, error) {
 
 func shutdown(system any) (any, error) {
 	if s, ok := system.(Shutdowner); ok {
-		return s.Shutdown()
+		return ids(s.Shutdown())
 	}
 	return nil, errors.New("shutdown: not implemented (declare it unsupported)")
+}
+
+// ids is a list of ids as the protocol writes it: [] for none (a nil slice would be null).
+func ids(pending []string, err error) (any, error) {
+	if pending == nil {
+		pending = []string{}
+	}
+	return pending, err
 }
 
 func readOut(system any, cmd string) (any, error) {

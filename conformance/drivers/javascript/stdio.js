@@ -1,16 +1,19 @@
 "use strict";
 // The stdio binding: an adapter process speaking specs/protocol.md, started from KPURGATORY_ADAPTER, e.g.
 //   KPURGATORY_ADAPTER="python -m kpurgatory.conformance.adapters.stdio kpurgatory.conformance.adapters.builtin:factory"
-// One process serves every case (hello once, init per case); a process that dies or hangs is replaced for the next.
+// One process serves every case (hello once, init per case). A request waits for its answer; the driver's per-call limit
+// decides a hang. An adapter that exits, hangs, garbles or fails a call is killed (`drop`) and the next case starts
+// another.
 // The level is exact, or KPURGATORY_LEVEL=contract for an implementation that is no Kafka clone (judged by the
 // declarations of its hello).
 
 const { spawn } = require("node:child_process");
 const readline = require("node:readline");
-const { escape, parseJson, toJson } = require("./driver.js");
+const { drop, escape, parseJson, toJson } = require("./driver.js");
 
-const TIMEOUT_MS = 10_000; // the harness's default --timeout
 const STDERR_TAIL = 2000;
+// An answer that is none: the driver reports the step as this outcome (specs/vectors.md §4).
+const unanswered = (outcome, text) => Object.assign(new Error(text), { outcome });
 
 class Adapter {
   constructor(command) {
@@ -22,14 +25,14 @@ class Adapter {
     this.child.stderr.on("data", (chunk) => { this.stderr = (this.stderr + chunk).slice(-STDERR_TAIL); });
     this.child.on("exit", (code, signal) => {
       this.exited = `the adapter exited (${signal || `status ${code}`})`;
-      this.settle(new Error(this.describe(this.exited)));
+      this.settle(unanswered("crashed", this.describe(this.exited)));
     });
     this.child.stdin.on("error", () => {}); // a dead adapter is reported by its exit
     readline.createInterface({ input: this.child.stdout }).on("line", (line) => {
       try {
         this.settle(null, parseJson(line));
       } catch (error) {
-        this.settle(new Error(this.describe(`garbage on stdout: ${line.slice(0, 200)}`)));
+        this.settle(unanswered("failed", this.describe(`garbage on stdout: ${line.slice(0, 200)}`)));
       }
     });
   }
@@ -44,20 +47,15 @@ class Adapter {
     if (waiting) error ? waiting.reject(error) : waiting.resolve(message);
   }
 
-  // Sends one request and resolves with its response (seq checked); rejects if the adapter dies, hangs or garbles.
+  // Sends one request and resolves with its response (seq checked); rejects if the adapter dies or garbles.
   async request(cmd, args) {
-    if (this.exited) throw new Error(this.describe(this.exited));
+    if (this.exited) throw unanswered("crashed", this.describe(this.exited));
     const seq = this.seq++;
     const response = new Promise((resolve, reject) => { this.waiting = { resolve, reject }; });
-    const timer = setTimeout(() => this.settle(new Error(this.describe(`no answer to ${cmd} in ${TIMEOUT_MS} ms`))), TIMEOUT_MS);
-    try {
-      this.child.stdin.write(`${toJson({ seq, cmd, args })}\n`);
-      const message = await response;
-      if (!message || message.seq !== seq) throw new Error(this.describe(`answered seq ${message && message.seq} to seq ${seq}`));
-      return message;
-    } finally {
-      clearTimeout(timer);
-    }
+    this.child.stdin.write(`${toJson({ seq, cmd, args })}\n`);
+    const message = await response;
+    if (!message || message.seq !== seq) throw unanswered("failed", this.describe(`answered seq ${message && message.seq} to seq ${seq}`));
+    return message;
   }
 
   close() {
@@ -108,11 +106,9 @@ function binding(command = process.env.KPURGATORY_ADAPTER) {
     async create(profile, params, emit) {
       if (!adapter || adapter.exited) await self.open();
       const send = async (cmd, args) => {
-        const response = await adapter.request(cmd, args).catch((error) => {
-          adapter.close();
-          throw error;
-        });
-        if (response.failure !== undefined) throw new Error(`failure: ${response.failure}`);
+        const response = await adapter.request(cmd, args);
+        if (response.failure !== undefined) throw unanswered("failed", escape(response.failure));
+        if (response.hung !== undefined) throw unanswered("hung", escape(`the adapter stopped ${cmd}: ${response.hung}`));
         for (const event of response.events || []) emit(event);
         if (response.error) throw Object.assign(new Error(response.error), { code: response.error });
         return response.result;
@@ -127,6 +123,9 @@ function binding(command = process.env.KPURGATORY_ADAPTER) {
     },
     close() {
       if (adapter) adapter.close();
+    },
+    [drop]() {
+      self.close();
     },
   };
   return self;

@@ -19,18 +19,21 @@ import java.util.concurrent.TimeUnit;
 /**
  * Any implementation behind a subprocess adapter speaking specs/protocol.md, started from KPURGATORY_ADAPTER (a shell
  * command). Its hello gives the name, profiles, read-outs, unsupported commands and declarations; the level is
- * KPURGATORY_LEVEL (default exact).
+ * KPURGATORY_LEVEL (default exact). A request waits until it is answered or interrupted: the driver's per-call limit
+ * interrupts it, and the adapter is then killed (the driver starts another for the next case). Its stderr is passed
+ * on, and its tail tells why it exited.
  */
 public final class StdioBinding implements Binding {
     private static final Set<String> TIMER = Set.of("timer_add", "timer_cancel", "advance", "size", "shutdown");
     private static final Set<String> PURGATORY = Set.of("watch", "set_ready", "check", "cancel_key", "force", "try",
             "cancel", "advance", "watched", "delayed", "size", "shutdown");
     private static final String END = new String("end of output");  // identity-compared marker
+    private static final int STDERR_TAIL = 2000;
 
     private final Process process;
     private final Writer stdin;
     private final BlockingQueue<String> lines = new LinkedBlockingQueue<>();
-    private final long timeoutMs = Long.parseLong(Vectors.setting("KPURGATORY_TIMEOUT_MS", "10000", null));
+    private final StringBuilder stderr = new StringBuilder();
     private final String level = Vectors.setting("KPURGATORY_LEVEL", "exact", null);
     private final String name;
     private final ObjectNode declarations;
@@ -43,8 +46,23 @@ public final class StdioBinding implements Binding {
         String command = Vectors.setting("KPURGATORY_ADAPTER", null, "KPURGATORY_ADAPTER is not set: the stdio binding "
                 + "needs an adapter command, e.g. `python -m kpurgatory.conformance.adapters.stdio "
                 + "kpurgatory.conformance.adapters.builtin:factory`");
-        process = new ProcessBuilder("sh", "-c", command).redirectError(ProcessBuilder.Redirect.INHERIT).start();
+        process = new ProcessBuilder("sh", "-c", command).start();
         stdin = new OutputStreamWriter(process.getOutputStream(), StandardCharsets.UTF_8);
+        Thread errors = new Thread(() -> {
+            try (InputStreamReader err = new InputStreamReader(process.getErrorStream(), StandardCharsets.UTF_8)) {
+                char[] chunk = new char[4096];
+                for (int n; (n = err.read(chunk)) >= 0; ) {
+                    System.err.print(new String(chunk, 0, n));
+                    synchronized (stderr) {
+                        stderr.append(chunk, 0, n).delete(0, Math.max(0, stderr.length() - STDERR_TAIL));
+                    }
+                }
+            } catch (IOException ignored) {
+                // the process went away
+            }
+        }, "kpurgatory-adapter-stderr");
+        errors.setDaemon(true);
+        errors.start();
         Thread reader = new Thread(() -> {
             try (BufferedReader out = new BufferedReader(
                     new InputStreamReader(process.getInputStream(), StandardCharsets.UTF_8))) {
@@ -58,9 +76,18 @@ public final class StdioBinding implements Binding {
         }, "kpurgatory-adapter-stdout");
         reader.setDaemon(true);
         reader.start();
-        ObjectNode args = Vectors.JSON.createObjectNode().put("protocol_version", 1);
-        JsonNode hello = request("hello", args);
+        JsonNode hello;
+        try {
+            hello = request("hello", Vectors.JSON.createObjectNode().put("protocol_version", 1));
+        } catch (IOException e) {
+            kill();
+            throw e;
+        } catch (InterruptedException e) {
+            Thread.currentThread().interrupt();
+            throw new IOException("interrupted waiting for the adapter's hello");
+        }
         if (hello.has("failure") || !hello.path("result").isObject()) {
+            kill();
             throw new IOException("the adapter's hello failed: " + hello);
         }
         JsonNode result = hello.get("result");
@@ -81,7 +108,7 @@ public final class StdioBinding implements Binding {
     public Set<String> profiles() { return profiles; }
     public Set<String> commands() { return commands; }
 
-    public void init(String profile, Params params) throws IOException {
+    public void init(String profile, Params params) throws IOException, InterruptedException {
         ObjectNode args = Vectors.JSON.createObjectNode().put("profile", profile);
         args.putObject("params").put("tick_ms", params.tickMs()).put("wheel_size", params.wheelSize())
                 .put("start_ms", params.startMs()).put("purge_interval", params.purgeInterval());
@@ -91,7 +118,7 @@ public final class StdioBinding implements Binding {
         }
     }
 
-    public Observed step(String cmd, JsonNode args) throws IOException {
+    public Observed step(String cmd, JsonNode args) throws IOException, InterruptedException {
         JsonNode response = request(cmd, args);
         if (response.has("failure")) {
             return Observed.failure(response.get("failure").asText());
@@ -102,48 +129,66 @@ public final class StdioBinding implements Binding {
                 response.hasNonNull("error") ? response.get("error").asText() : null, null);
     }
 
-    /** Sends one request and returns its response; a dead, silent or mis-sequenced adapter is a failure response. */
-    private JsonNode request(String cmd, JsonNode args) throws IOException {
+    /**
+     * Sends one request and returns its response (or a failure response); an adapter that exits, answers hung or
+     * garbles is an {@link Unanswered}, and an interrupt kills it.
+     */
+    private JsonNode request(String cmd, JsonNode args) throws IOException, InterruptedException {
         long mine = seq++;
         ObjectNode request = Vectors.JSON.createObjectNode().put("seq", mine).put("cmd", cmd);
         request.set("args", args);
+        String line;
         try {
             stdin.write(Vectors.JSON.writeValueAsString(request) + "\n");
             stdin.flush();
-        } catch (IOException e) {
-            return failure("the adapter's stdin is closed (" + e.getMessage() + ")");
+            line = lines.take();
+        } catch (IOException | InterruptedException e) {
+            kill();
+            if (e instanceof InterruptedException) {
+                throw e;
+            }
+            line = END;  // its stdin closed: it is exiting
         }
-        String line;
-        try {
-            line = lines.poll(timeoutMs, TimeUnit.MILLISECONDS);
-        } catch (InterruptedException e) {
-            Thread.currentThread().interrupt();
-            throw new IOException("interrupted waiting for the adapter");
-        }
-        if (line == null || line == END) {
-            return failure(line == null ? "no response within " + timeoutMs + " ms" : "the adapter exited");
+        if (line == END) {
+            boolean exited = process.waitFor(1, TimeUnit.SECONDS);
+            String tail;
+            synchronized (stderr) {
+                tail = stderr.toString().strip();
+            }
+            throw new Unanswered("crashed", "the adapter exited" + (exited ? " (status " + process.exitValue() + ")"
+                    : "") + (tail.isEmpty() ? "" : "; its stderr ends: " + tail));
         }
         JsonNode response;
         try {
             response = Vectors.JSON.readTree(line);
         } catch (IOException e) {
-            return failure("a response that is not JSON: " + line);
+            throw new Unanswered("failed", "a response that is not JSON: " + line);
         }
         if (response.path("seq").asLong(-1) != mine) {
-            return failure("a response with seq " + response.path("seq") + " to request " + mine);
+            throw new Unanswered("failed", "a response with seq " + response.path("seq") + " to request " + mine);
+        }
+        if (response.has("hung")) {
+            throw new Unanswered("hung", "the adapter stopped " + cmd + ": " + response.get("hung").asText());
         }
         return response;
     }
 
-    private static JsonNode failure(String text) {
-        return Vectors.JSON.createObjectNode().put("failure", text);
+    /** Kills the adapter and whatever it started (a shell's child would hold the pipes open). */
+    private void kill() {
+        process.descendants().forEach(ProcessHandle::destroyForcibly);
+        process.destroyForcibly();
     }
 
     @Override
     public void close() throws Exception {
-        stdin.close();
-        if (!process.waitFor(5, TimeUnit.SECONDS)) {
-            process.destroyForcibly();
+        if (process.isAlive()) {
+            try {
+                stdin.close();  // the end of its input ends a well-behaved adapter
+            } catch (IOException ignored) {
+                // it is not reading: killed below
+            }
+            process.waitFor(5, TimeUnit.SECONDS);
         }
+        kill();
     }
 }

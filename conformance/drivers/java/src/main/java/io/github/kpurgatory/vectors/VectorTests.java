@@ -17,15 +17,20 @@ import org.junit.jupiter.api.TestFactory;
  * }</pre>
  *
  * <p>Anything behind a stdio adapter ({@code KPURGATORY_ADAPTER}) is {@code return new StdioBinding();}. To keep
- * the tests in a class that extends something else, return {@link Vectors#tests} from a {@code @TestFactory} method.
+ * the tests in a class that extends something else, return {@link Vectors#tests} from a {@code @TestFactory} method,
+ * given how to make the binding ({@code MyBinding::new}).
  */
 public abstract class VectorTests {
-    /** The implementation under test: made once per run, closed when the run ends. */
+    /**
+     * A new instance of the implementation under test: made when the run starts, and again for the next case
+     * whenever a call to the one before failed, hung or crashed (that one is dropped: closed in the background, its
+     * thread abandoned). The last one is closed when the run ends.
+     */
     protected abstract Binding binding() throws Exception;
 
     /** One dynamic test per case of the tree, in the index's order. */
     @TestFactory
     public final Stream<DynamicTest> vectors() throws Exception {
-        return Vectors.tests(binding());
+        return Vectors.tests(this::binding);
     }
 }

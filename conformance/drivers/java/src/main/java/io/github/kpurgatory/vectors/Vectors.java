@@ -5,31 +5,47 @@ import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 import com.fasterxml.jackson.databind.node.ObjectNode;
 import java.io.IOException;
-import java.io.UncheckedIOException;
-import java.nio.file.Files;
 import java.nio.file.Path;
 import java.util.ArrayList;
 import java.util.Comparator;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
+import java.util.Objects;
 import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.Callable;
+import java.util.stream.Collectors;
 import java.util.stream.Stream;
 import org.junit.jupiter.api.Assertions;
 import org.junit.jupiter.api.Assumptions;
 import org.junit.jupiter.api.DynamicTest;
 
-/** Runs the vector tree (KPURGATORY_VECTORS) against a binding: one JUnit dynamic test per case, named by its path. */
+/**
+ * Runs the vector tree (KPURGATORY_VECTORS) against a binding: one JUnit dynamic test per case, named by its path,
+ * and a failing test "no case ran" when every case was skipped (specs/vectors.md §3).
+ */
 public final class Vectors {
     /** 64-bit integers stay exact, and every integer is a long, so that equal numbers compare equal. */
     static final ObjectMapper JSON = new ObjectMapper().enable(DeserializationFeature.USE_LONG_FOR_INTS);
-    /** A hung in-process timer fails its case instead of the whole run. */
-    private static final java.time.Duration CASE_TIMEOUT = java.time.Duration.ofSeconds(60);
-    private static final Set<String> READ_OUTS = Set.of("wheel", "delay_queue", "watcher_keys");
+    static final Set<String> READ_OUTS = Set.of("wheel", "delay_queue", "watcher_keys");
 
     private Vectors() {}
 
-    /** The dynamic tests for every case of the tree; the binding is closed and the results file written at the end. */
-    public static Stream<DynamicTest> tests(Binding binding) throws IOException {
+    /** What a binding declares, read once from the first instance: later instances are the same implementation. */
+    record Declared(String name, String level, ObjectNode declarations, Set<String> profiles, Set<String> commands) {
+        String release() {
+            return declarations.path("kafka_version").asText(null);
+        }
+    }
+
+    /**
+     * The dynamic tests for every case of the tree. {@code bindings} makes the binding: once, and again for the next
+     * case whenever a call failed, hung or crashed (the instance is then dropped). Each call runs on a thread of the
+     * driver's within KPURGATORY_VECTORS_CALL_TIMEOUT_MS. The last instance is closed and the results file written
+     * at the end.
+     */
+    public static Stream<DynamicTest> tests(Callable<Binding> bindings) throws IOException, InterruptedException {
         Path root = Path.of(setting("KPURGATORY_VECTORS", null, "KPURGATORY_VECTORS is not set: point it at a vector "
                 + "tree made by `kpurgatory vectors DIR`"));
         JsonNode index = JSON.readTree(root.resolve("index.json").toFile());
@@ -38,19 +54,42 @@ public final class Vectors {
                     + "version 1");
         }
         Path out = Path.of(setting("KPURGATORY_VECTORS_OUT", "target/kpurgatory", null));
+        Session session = new Session(bindings,
+                Long.parseLong(setting("KPURGATORY_VECTORS_CALL_TIMEOUT_MS", "10000", null)));
+        Binding first;
+        try {
+            first = session.binding();
+        } catch (Unanswered e) {
+            throw new IllegalStateException("the binding could not be made: " + e.getMessage());
+        }
+        Declared declared = new Declared(first.name(), first.level(), first.declarations(),
+                Set.copyOf(first.profiles()), Set.copyOf(first.commands()));
+        Map<String, List<String>> families = new LinkedHashMap<>();  // in the index's order: first match wins
+        index.path("families").forEach(family -> families.put(family.get(0).textValue(),
+                List.of(JSON.convertValue(family.get(1), String[].class))));
         List<ObjectNode> verdicts = new ArrayList<>();
         List<DynamicTest> tests = new ArrayList<>();
+        Map<String, Integer> skips = new TreeMap<>();
         for (JsonNode entry : index.get("cases")) {
             String path = entry.get("path").textValue();
             ObjectNode verdict = JSON.createObjectNode().put("path", path).put("verdict", "skip")
                     .put("reason", "not run").putNull("step").putNull("observed");
             verdicts.add(verdict);
-            Run run = new Run(binding, entry, root.resolve(path), out, verdict);
-            tests.add(DynamicTest.dynamicTest(path, root.resolve(path).toUri(),
-                    () -> Assertions.assertTimeoutPreemptively(CASE_TIMEOUT, run::judge,
-                            () -> path + ": not finished in " + CASE_TIMEOUT.toSeconds() + " s")));
+            String skip = skipReason(declared, first, entry);
+            if (skip != null) {
+                verdict.put("reason", skip);
+                skips.merge(skip, 1, Integer::sum);
+                tests.add(DynamicTest.dynamicTest(path, root.resolve(path).toUri(), () -> Assumptions.abort(skip)));
+            } else {
+                Case run = new Case(session, declared, families, entry, root.resolve(path), out, verdict);
+                tests.add(DynamicTest.dynamicTest(path, root.resolve(path).toUri(), run::judge));
+            }
         }
-        return tests.stream().onClose(() -> finish(binding, verdicts));
+        if (skips.values().stream().mapToInt(Integer::intValue).sum() == verdicts.size()) {
+            String why = noCaseRan(index, declared, skips);
+            tests.add(DynamicTest.dynamicTest("no case ran", () -> Assertions.fail(why)));
+        }
+        return tests.stream().onClose(() -> finish(session, declared, verdicts));
     }
 
     static String setting(String name, String otherwise, String missing) {
@@ -64,123 +103,57 @@ public final class Vectors {
         return value;
     }
 
-    private static void finish(Binding binding, List<ObjectNode> verdicts) {
-        try (binding) {
+    /** Why the binding cannot run a case, from the index alone (specs/vectors.md §3), or null. */
+    private static String skipReason(Declared declared, Binding first, JsonNode entry) {
+        String profile = entry.get("profile").textValue();
+        if (!declared.profiles().contains(profile)) {
+            return "profile " + profile + " is not implemented";
+        }
+        for (JsonNode name : entry.get("commands")) {
+            if (!READ_OUTS.contains(name.textValue()) && !declared.commands().contains(name.textValue())) {
+                return "command " + name.textValue() + " is not supported";
+            }
+        }
+        String rejected = first.rejects(Params.of(entry.get("params")));
+        if (rejected != null) {
+            return rejected;
+        }
+        String release = entry.path("kafka_version").asText(null);
+        return Objects.equals(release, declared.release()) ? null
+                : "the case is about Kafka " + (release == null ? "(current)" : release) + "; the binding declares "
+                + (declared.release() == null ? "current Kafka" : declared.release());
+    }
+
+    private static String noCaseRan(JsonNode index, Declared declared, Map<String, Integer> skips) {
+        if (skips.isEmpty()) {
+            return "no case ran: the tree has no cases";
+        }
+        String tree = index.path("kafka_version").asText(null);
+        return "no case ran: all " + skips.values().stream().mapToInt(Integer::intValue).sum() + " were skipped ("
+                + skips.entrySet().stream().map(skip -> skip.getValue() + ": " + skip.getKey())
+                .collect(Collectors.joining("; ")) + ")"
+                + (Objects.equals(tree, declared.release()) ? "" : declared.release() == null
+                ? "; the tree is Kafka " + tree + "'s, the binding current Kafka's: make a tree for it with "
+                + "`kpurgatory vectors DIR`"
+                : "; the binding follows Kafka " + declared.release() + ": make a tree for it with "
+                + "`kpurgatory vectors DIR --kafka-version " + declared.release() + "`");
+    }
+
+    private static void finish(Session session, Declared declared, List<ObjectNode> verdicts) {
+        try {
+            session.close();
             String file = setting("KPURGATORY_VECTORS_RESULTS", "", null);
             if (file.isEmpty()) {
                 return;
             }
             ObjectNode results = JSON.createObjectNode().put("format", "kpurgatory-vector-results").put("version", 1)
-                    .put("driver", "java").put("implementation", binding.name()).put("level", binding.level());
-            results.set("declarations", binding.declarations());
+                    .put("driver", "java").put("implementation", declared.name()).put("level", declared.level());
+            results.set("declarations", declared.declarations());
             verdicts.sort(Comparator.comparing(v -> v.get("path").textValue()));
             results.putArray("cases").addAll(verdicts);
             JSON.writerWithDefaultPrettyPrinter().writeValue(Path.of(file).toFile(), results);
         } catch (Exception e) {
-            throw new IllegalStateException("closing " + binding.name() + " or writing the results", e);
-        }
-    }
-
-    /** One case: selection, then each step judged at the binding's level. */
-    private static final class Run {
-        private final Binding binding;
-        private final JsonNode entry;
-        private final Path file;
-        private final Path out;
-        private final ObjectNode verdict;
-        private final List<JsonNode> observed = new ArrayList<>();
-
-        Run(Binding binding, JsonNode entry, Path file, Path out, ObjectNode verdict) {
-            this.binding = binding;
-            this.entry = entry;
-            this.file = file;
-            this.out = out;
-            this.verdict = verdict.put("verdict", "fail").put("reason", "the run broke off (see the test's error)");
-        }
-
-        void judge() throws Exception {
-            List<JsonNode> lines = new ArrayList<>();
-            try (Stream<String> text = Files.lines(file)) {
-                text.forEach(line -> {
-                    try { lines.add(JSON.readTree(line)); } catch (IOException e) { throw new UncheckedIOException(e); }
-                });
-            }
-            ObjectNode header = (ObjectNode) lines.get(0).get("header");
-            String profile = header.get("profile").textValue();
-            Params params = Params.of(header.get("params"));
-            boolean contract = binding.level().equals("contract");
-            String skip = skipReason(profile, params, contract);
-            if (skip != null) {
-                verdict.put("verdict", "skip").put("reason", skip);
-                Assumptions.abort(skip);
-            }
-            ObjectNode trace = header.deepCopy().put("implementation", binding.name());
-            trace.set("declarations", binding.declarations());
-            observed.add(((ObjectNode) lines.get(0).deepCopy()).set("header", trace));
-            TimerContract tracker = contract ? new TimerContract(binding.declarations(), params) : null;
-            binding.init(profile, params);
-            for (JsonNode step : lines.subList(1, lines.size())) {
-                String cmd = step.get("cmd").textValue();
-                if (contract && READ_OUTS.contains(cmd) && !binding.commands().contains(cmd)) {
-                    continue;  // read-outs are not judged at the contract level
-                }
-                Observed got = binding.step(cmd, step.get("args"));
-                observed.add(((ObjectNode) step.deepCopy()).set("system", got.toJson()));
-                String problem = got.failure() != null ? "the implementation failed: " + got.failure()
-                        : contract ? tracker.observe(step, got) : Exact.compare(step, got);
-                if (problem != null) {
-                    fail(step, got, problem);
-                }
-                if (contract && !tracker.judging()) {
-                    break;  // an input the declarations leave undefined: nothing after it is judged
-                }
-            }
-            verdict.put("verdict", "pass").putNull("reason");
-        }
-
-        private String skipReason(String profile, Params params, boolean contract) {
-            if (!binding.profiles().contains(profile)) {
-                return "profile " + profile + " is not implemented";
-            }
-            if (contract && profile.equals("purgatory")) {
-                return "purgatory cases at the contract level are judged by `kpurgatory check/replay --level "
-                        + "contract` through the stdio adapter";
-            }
-            for (JsonNode name : entry.get("commands")) {
-                boolean readOut = READ_OUTS.contains(name.textValue());
-                if (!binding.commands().contains(name.textValue()) && !(contract && readOut)) {
-                    return (readOut ? "read-out " : "command ") + name.textValue() + " is not supported";
-                }
-            }
-            JsonNode release = entry.path("kafka_version");
-            if (!release.isNull() && !release.isMissingNode()
-                    && !release.textValue().equals(binding.declarations().path("kafka_version").asText(null))) {
-                return "about Kafka " + release.textValue() + ", which this implementation does not declare";
-            }
-            return binding.rejects(params);
-        }
-
-        private void fail(JsonNode step, Observed got, String problem) throws IOException {
-            Files.createDirectories(out);
-            // a case id is file-name safe (specs/vectors.md)
-            Path trace = out.resolve(entry.get("id").textValue() + ".observed.jsonl").toAbsolutePath();
-            StringBuilder text = new StringBuilder();
-            for (JsonNode line : observed) {
-                text.append(JSON.writeValueAsString(line)).append('\n');
-            }
-            Files.writeString(trace, text);
-            long seq = step.get("seq").longValue();
-            verdict.put("verdict", "fail").put("reason", problem).put("step", seq).put("observed", trace.toString());
-            Map<String, Object> expected = new java.util.LinkedHashMap<>();
-            expected.put("result", step.get("result"));
-            expected.put("events", step.get("events"));
-            expected.put("error", step.path("error").isMissingNode() ? null : step.get("error"));
-            Assertions.fail(entry.get("path").textValue() + ": step " + seq + " " + step.get("cmd").textValue() + " "
-                    + step.get("args") + ": " + problem
-                    + "\n  expected (model): " + JSON.writeValueAsString(expected)
-                    + "\n  observed:         " + JSON.writeValueAsString(got.toJson())
-                    + "\n  observed trace:   " + trace
-                    + "\n  replay:           kpurgatory replay " + trace + " --level " + binding.level());
+            throw new IllegalStateException("closing " + declared.name() + " or writing the results", e);
         }
     }
 }

@@ -1,16 +1,16 @@
-package stdio
+package vectors
 
 import (
 	"bufio"
 	"encoding/json"
+	"fmt"
 	"io"
-
-	vectors "github.com/kpurgatory/kpurgatory/conformance/drivers/go"
 )
 
 // Serve is the other side: it serves a binding as an adapter on in and out (specs/protocol.md), so that
-// `kpurgatory check --adapter CMD` can drive a Go implementation with generated runs and shrink what it finds.
-func Serve(b vectors.Binding, in io.Reader, out io.Writer) error {
+// `kpurgatory check --adapter CMD` can drive a Go implementation with generated runs and shrink what it finds (the
+// driver serves an in-process binding so too, from a child process of the test: supervise.go).
+func Serve(b Binding, in io.Reader, out io.Writer) error {
 	scanner := bufio.NewScanner(in)
 	scanner.Buffer(nil, 16<<20)
 	encoder := json.NewEncoder(out)
@@ -39,9 +39,15 @@ type request struct {
 	Args map[string]any `json:"args"`
 }
 
-// respond answers one request, alone or in a batch: its observation, or a failure when it could not be executed.
-func respond(b vectors.Binding, r request) map[string]any {
-	response := map[string]any{"events": []vectors.Event{}, "result": nil}
+// respond answers one request, alone or in a batch: its observation, or a failure when it could not be executed
+// (a panic is one, with its text: the instance is not used again before the next init).
+func respond(b Binding, r request) (response map[string]any) {
+	defer func() {
+		if p := recover(); p != nil {
+			response = map[string]any{"failure": fmt.Sprintf("%s panicked: %v", r.Cmd, p)}
+		}
+	}()
+	response = map[string]any{"events": []Event{}, "result": nil}
 	if err := answer(b, r.Cmd, r.Args, response); err != nil {
 		return map[string]any{"failure": err.Error()}
 	}
@@ -50,7 +56,7 @@ func respond(b vectors.Binding, r request) map[string]any {
 
 // batch answers a whole run in one request (specs/protocol.md §3.3): each request as if it came alone, and every
 // one after a failure, up to the next init, skipped (a failure ends its run).
-func batch(b vectors.Binding, requests []request) []map[string]any {
+func batch(b Binding, requests []request) []map[string]any {
 	answers, skipping := make([]map[string]any, 0, len(requests)), false
 	for _, r := range requests {
 		if skipping = skipping && r.Cmd != "init"; skipping {
@@ -64,7 +70,7 @@ func batch(b vectors.Binding, requests []request) []map[string]any {
 	return answers
 }
 
-func answer(b vectors.Binding, cmd string, args map[string]any, response map[string]any) error {
+func answer(b Binding, cmd string, args map[string]any, response map[string]any) error {
 	switch cmd {
 	case "hello":
 		hello := map[string]any{"protocol_version": 1, "implementation": b.Name, "profiles": b.Profiles,
@@ -76,8 +82,8 @@ func answer(b vectors.Binding, cmd string, args map[string]any, response map[str
 		return nil
 	case "init":
 		var init struct {
-			Profile string         `json:"profile"`
-			Params  vectors.Params `json:"params"`
+			Profile string `json:"profile"`
+			Params  Params `json:"params"`
 		}
 		if err := remarshal(args, &init); err != nil {
 			return err
@@ -94,7 +100,7 @@ func answer(b vectors.Binding, cmd string, args map[string]any, response map[str
 		return nil
 	}
 	o, err := b.System.Step(cmd, args)
-	response["result"], response["events"] = o.Result, vectors.NonNil(o.Events)
+	response["result"], response["events"] = o.Result, NonNil(o.Events)
 	if o.Error != "" {
 		response["error"] = o.Error
 	}
