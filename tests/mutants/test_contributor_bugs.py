@@ -87,4 +87,5 @@ def test_a_purge_that_skips_one_of_512_shards_is_caught_at_every_level_in_a_few_
         watches = [step.command for step in found.counterexample.steps if isinstance(step.command, v.Watch)]
         assert [shards.shard(key) for watch in watches for key in watch.keys] == [shards.count - 1]
     concurrent = run_concurrent_check(mutant, threads=3, runs=10, steps=20, seed=seed, out_dir=tmp_path / "threads")
-    assert "watcher_cleanup" in {violation.property for violation in concurrent.violations}
+    assert "watcher_cleanup" in {violation.property for violation in concurrent.violations}, [
+        (report.history.trace_id, report.violations) for report in concurrent.failures]
