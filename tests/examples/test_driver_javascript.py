@@ -328,20 +328,11 @@ def test_a_run_in_which_no_case_ran_fails(installed, vector_tree, tmp_path):
     assert "make a tree for it with `kpurgatory vectors DIR --kafka-version 3.9.0`" in output
 
 
-@pytest.fixture(scope="module")
-def tree_of_3_9(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("vectors-3.9.0")
-    result = CliRunner().invoke(main, ["vectors", str(out), "--quick", "--seed", "7", "--profile", "timer",
-                                       "--kafka-version", "3.9.0"])
-    assert result.exit_code == 0, result.output
-    return out
-
-
-@pytest.mark.parametrize("release", [None, "3.9.0"])
-def test_failing_as_kafka_does_is_reported_under_the_finding(installed, vector_tree, tree_of_3_9, tmp_path, release):
+@pytest.mark.parametrize("release", [None, "3.9.0"])  # the release of `release_tree`
+def test_failing_as_kafka_does_is_reported_under_the_finding(installed, vector_tree, release_tree, tmp_path, release):
     """The interval-divides-by-zero finding's case, on a binding that divides by zero there as Kafka's wheel does:
     a failure under the finding's name, or a pass for a binding following Kafka 3.9.0."""
-    tree = subtree(tree_of_3_9 if release else vector_tree, tmp_path / "tree",
+    tree = subtree(release_tree if release else vector_tree, tmp_path / "tree",
                    lambda entry: entry["finding"] == "interval-divides-by-zero")
     code, output, cases = run_driver(DRIVER, tree, tmp_path, plain_timer(tmp_path), MISBEHAVE="divide",
                                      **({"KAFKA_VERSION": release} if release else {}))
