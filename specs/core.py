@@ -33,12 +33,15 @@ from __future__ import annotations
 import fnmatch
 import re
 import time
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Sequence
 
 import attrs
 import z3
 
-from kpurgatory.conformance.traces.codec import Trace
+from kpurgatory.conformance.adapters.timed import MODEL_STEP_S, TimeLimit, failure_text, limited
+from kpurgatory.conformance.traces.codec import Header, Step, Trace, model_trace
+from kpurgatory.model import CommandError, Model
+from kpurgatory.model import vocabulary as v
 
 PROVED, REFUTED, BOUND, UNKNOWN, ERROR = "proved", "refuted", "bound", "unknown", "error"
 NOT_INDUCTIVE = "not inductive"
@@ -272,17 +275,19 @@ def run_one(ob: Obligation, premises: dict[str, Outcome] | None = None) -> Outco
     _PREMISES.clear()
     _PREMISES.update(premises or {})
     held = _PREMISES.get(ob.rests_on) if ob.rests_on else None
-    outcome = rests_on_failed(ob, held) if held is not None and held.status != PROVED else _timed(ob.run)
+    outcome = rests_on_failed(ob, held) if held is not None and held.status != PROVED else _timed(ob.name, ob.run)
     if ob.mutant is not None:
-        outcome.mutant = _timed(lambda: ob.run(mutated=True))
+        outcome.mutant = _timed(ob.name, lambda: ob.run(mutated=True))
     return outcome
 
 
-def _timed(run: Callable[[], Outcome]) -> Outcome:
+def _timed(name: str, run: Callable[[], Outcome]) -> Outcome:
     fresh_z3_context()
     start, cpu = time.perf_counter(), time.process_time()
     try:
         outcome = run()
+    except ModelBroke as broke:
+        outcome = broke.outcome(name)
     except Exception as error:  # a broken encoding is reported, not fatal to the run
         outcome = Outcome(ERROR, detail=f"{type(error).__name__}: {error}")
     outcome.seconds = time.perf_counter() - start
@@ -294,6 +299,45 @@ def as_expected(ob: Obligation, outcome: Outcome) -> bool:
     """The obligation has its expected result and its mutant, if any, is refuted."""
     return outcome.status == ob.expect and (ob.mutant is None or (outcome.mutant is not None
                                                                   and outcome.mutant.status == REFUTED))
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# model/ under a time limit
+# ---------------------------------------------------------------------------------------------------------------
+
+class ModelBroke(Exception):
+    """model/ hung or raised on the last of ``commands`` (from ``params`` in ``profile``). The obligation that ran
+    it is refuted by that run: nothing it would conclude can rest on a model that does not answer."""
+
+    def __init__(self, profile: str, params: v.Params, commands: Sequence[v.Command], failure: str) -> None:
+        from kpurgatory.conformance.traces.replay import format_command
+
+        self.profile, self.params, self.commands, self.failure = profile, params, tuple(commands), failure
+        super().__init__(f"model/ {failure} at command {len(self.commands)}, "
+                         f"{'; '.join(map(format_command, self.commands))}")
+
+    def trace(self, name: str) -> Trace:
+        """The run as a trace: model/'s recording up to the command it broke on, which has no answer."""
+        header = Header(f"specs.{name}", self.profile, self.params, "kpurgatory.model", f"{self}.")
+        recording = model_trace(header, self.commands[:-1])
+        return Trace(header, [*recording.steps, Step(len(self.commands), self.commands[-1], v.Observation())])
+
+    def outcome(self, name: str) -> Outcome:
+        return Outcome(REFUTED, f"model/ under a {MODEL_STEP_S:g} s limit per step", str(self),
+                       witness={"params": attrs.asdict(self.params), "commands": len(self.commands),
+                                "failure": self.failure}, traces={"counterexample": self.trace(name)})
+
+
+def model_step(model: Model, command: v.Command, before: Sequence[v.Command]) -> v.Observation:
+    """``model.step(command)`` (``before``: the commands it ran so far) within `MODEL_STEP_S`; `ModelBroke` if it
+    hangs or raises (but for `CommandError`, a command outside the model's domain: the obligation's own bug)."""
+    try:
+        with limited(MODEL_STEP_S):
+            return model.step(command)
+    except CommandError:
+        raise
+    except (Exception, TimeLimit) as error:
+        raise ModelBroke(model.profile, model.params, (*before, command), failure_text(error, MODEL_STEP_S)) from None
 
 
 # ---------------------------------------------------------------------------------------------------------------

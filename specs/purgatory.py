@@ -33,8 +33,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import signal
-import threading
 import time
 from collections import Counter
 from typing import Iterable
@@ -927,18 +925,14 @@ def crosscheck(commands: list[v.Command], params: v.Params, *, through_z3: bool 
                mutants: frozenset = frozenset()) -> list[str]:
     """Run ``commands`` through the model and through the symbolic transition relation (evaluated on Python values,
     or on z3 constants simplified after every step when ``through_z3``); return every disagreement of state or
-    observation (empty when they agree)."""
+    observation (empty when they agree); `core.ModelBroke` if the model hangs or raises."""
     model = Model("purgatory", params)
     s = initial_state(params.purge_interval)
     if through_z3:
         s = {key: (z3.BoolVal(x) if isinstance(x, bool) else z3.IntVal(x)) for key, x in s.items()}
     problems: list[str] = []
     for seq, (command, cmd) in enumerate(zip(commands, from_vocabulary(commands)), start=1):
-        try:
-            with time_limit(STEP_LIMIT_S):
-                observation = model.step(command)
-        except TimeoutError:
-            return problems + [f"step {seq} {command}: the model did not answer within {STEP_LIMIT_S} s (hang)"]
+        observation = core.model_step(model, command, commands[:seq - 1])
         if isinstance(cmd, str):
             concrete = s if not through_z3 else _concretise(s)
             mine = expected_observation(command, concrete, None)
@@ -959,30 +953,6 @@ def crosscheck(commands: list[v.Command], params: v.Params, *, through_z3: bool 
         if problems:
             break
     return problems
-
-
-#: a model step that takes longer is a hang (a step of the bounded cross-check takes well under a millisecond)
-STEP_LIMIT_S = 5
-
-
-@contextlib.contextmanager
-def time_limit(seconds: float):
-    """Raise TimeoutError in the block after ``seconds`` (SIGALRM; no limit where there is none, or off the main
-    thread)."""
-    if not hasattr(signal, "setitimer") or threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def expire(signum, frame):
-        raise TimeoutError
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _as_z3(x):

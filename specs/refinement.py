@@ -35,7 +35,7 @@ from kpurgatory.model.releases import Release
 from kpurgatory.model.timer import DelayQueue
 from kpurgatory.specs import purgatory as spec
 from kpurgatory.specs import wheel
-from kpurgatory.specs.core import BOUND, REFUTED, Bound, Outcome, obligation
+from kpurgatory.specs.core import BOUND, REFUTED, Bound, Outcome, model_step, obligation
 from kpurgatory.specs.javalong import LONG_MAX, Long, PyBackend
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -97,9 +97,9 @@ def breadth_first(root_key: object, root: object, expand: Callable[[tuple, objec
 
 def replayed(profile: str, params: v.Params, commands: Iterable[v.Command]) -> Model:
     """A fresh model/ after ``commands`` (cheaper than copying one: a step takes about 10 us)."""
-    model = Model(profile, params)
-    for command in commands:
-        model.step(command)
+    model, commands = Model(profile, params), tuple(commands)
+    for seq, command in enumerate(commands):
+        model_step(model, command, commands[:seq])
     return model
 
 
@@ -202,9 +202,10 @@ def spec_observation(command: v.Command, s: dict, obs: spec.Obs | None) -> v.Obs
     return v.Observation(result, tuple(made[kind](*rest) for kind, *rest in events))
 
 
-def purgatory_step(model: Model, s: dict, command: v.Command, mutants: frozenset) -> tuple[dict, list[str]]:
-    """One command through model/ and step(): the spec's next state and every disagreement."""
-    observation = model.step(command)
+def purgatory_step(model: Model, path: tuple, s: dict, command: v.Command, mutants: frozenset
+                   ) -> tuple[dict, list[str]]:
+    """One command through model/ (after ``path``) and step(): the spec's next state and every disagreement."""
+    observation = model_step(model, command, path)
     n, obs = spec.step(s, spec.from_vocabulary([command])[0], mutants)
     mine, theirs = spec.expected_observation(command, n, obs), spec.observed(command, observation)
     problems = [f"observation: step() {mine}, model/ {theirs}"] if mine != theirs else []
@@ -221,7 +222,7 @@ def purgatory_refines(params: v.Params, depth: int, mutants: frozenset = frozens
         def expand(path: tuple, s: dict) -> Iterator[Successor]:
             for command in purgatory_commands(s, params.tick_ms):
                 model = replayed("purgatory", params, path)
-                n, problems = purgatory_step(model, s, command, mutants)
+                n, problems = purgatory_step(model, path, s, command, mutants)
                 yield (command, lambda: (canonical(model), tuple(n[key] for key in spec.state_keys())), n,
                        problems)
 
@@ -258,14 +259,14 @@ def showing(params: v.Params, divergence: Divergence, mutants: frozenset) -> tup
     read-outs show it, else a shortest continuation whose answers part (within SHOWING_DEPTH; none found, none)."""
     s, _ = steps_from(params, divergence.commands, mutants)
     model = replayed("purgatory", params, divergence.commands)
-    if any(unordered(spec_observation(readout, s, None).result) != unordered(model.step(readout).result)
-           for readout in READOUTS):
+    if any(unordered(spec_observation(readout, s, None).result)
+           != unordered(model_step(model, readout, divergence.commands).result) for readout in READOUTS):
         return ()
 
     def expand(path: tuple, n: dict) -> Iterator[Successor]:
         for command in purgatory_commands(n, params.tick_ms):
             system = replayed("purgatory", params, divergence.commands + path)
-            after, problems = purgatory_step(system, n, command, mutants)
+            after, problems = purgatory_step(system, divergence.commands + path, n, command, mutants)
             yield (command, lambda: (canonical(system), tuple(after[key] for key in spec.state_keys())), after,
                    [problem for problem in problems if problem.startswith("observation")])
 
@@ -570,14 +571,15 @@ class Wheels:
 def wheels_after(shape: WheelShape, commands: Iterable[v.Command], arithmetic: wheel.Arithmetic) -> Wheels:
     w = Wheels(Model("timer", shape.params), ArithmeticWheel(shape.tick, shape.size, shape.start, arithmetic),
                wheel.KafkaWheel(shape.tick, shape.size, shape.start))
-    for command in commands:
-        wheel_step(w, command)
+    commands = tuple(commands)
+    for seq, command in enumerate(commands):
+        wheel_step(w, commands[:seq], command)
     return w
 
 
-def wheel_step(w: Wheels, command: v.Command) -> list[str]:
-    """One command on the three wheels; the pairs that disagree after it."""
-    observation = w.model.step(command)
+def wheel_step(w: Wheels, path: tuple, command: v.Command) -> list[str]:
+    """One command on the three wheels (after ``path``); the pairs that disagree after it."""
+    observation = model_step(w.model, command, path)
     a, k = w.arithmetic, w.kafka
     a_before, k_before = len(a.ran), len(k.ran) if k is not None else 0
     kafka_failed = None
@@ -630,7 +632,7 @@ def wheels_agree(shape: WheelShape, depth: int, arithmetic: wheel.Arithmetic = w
         adds = sum(isinstance(command, v.TimerAdd) for command in path)
         for command in wheel_commands(now, shape, adds):
             w = wheels_after(shape, path, arithmetic)
-            problems = wheel_step(w, command)
+            problems = wheel_step(w, path, command)
             yield command, lambda: wheel_key(w), w.model.now_ms, problems
 
     return breadth_first(None, shape.start, expand, depth)
@@ -649,7 +651,7 @@ def wheel_trace(name: str, shape: WheelShape, divergence: Divergence, arithmetic
     w = wheels_after(shape, divergence.commands[:-1], arithmetic)
     other = "KafkaWheel" if all("KafkaWheel" in problem for problem in divergence.problems) else "arithmetic"
     k_before, a_before = len(w.kafka.ran) if w.kafka is not None else 0, len(w.arithmetic.ran)
-    wheel_step(w, divergence.commands[-1])
+    wheel_step(w, divergence.commands[:-1], divergence.commands[-1])
     if other == "KafkaWheel" and w.kafka is not None:
         ran, levels = [task for task, _ in w.kafka.ran[k_before:]], [(level.tick, level.current, level.buckets)
                                                                       for level in w.kafka.levels]

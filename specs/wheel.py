@@ -28,8 +28,8 @@ import z3
 from kpurgatory.conformance.traces.codec import Header, model_trace
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.core import (BOUND, NOT_INDUCTIVE, PROVED, REFUTED, Lemma, Outcome, find, fresh_z3_context,
-                                   induction_counterexample, minimise, obligation, prove, smallest, solver, undecided,
-                                   verdict, with_lemmas)
+                                   induction_counterexample, minimise, model_step, obligation, prove, smallest, solver,
+                                   undecided, verdict, with_lemmas)
 from kpurgatory.specs.javalong import (BV, EXACT, INT_MAX, JINT, LONG_MAX, LONG_MIN, OPERATORS, PY, Backend,
                                        BVBackend, FloorRemainderBackend, JIntBackend, Long, PyBackend, SignedModuloBVBackend,
                                        definition_query, multiple_lemma, no_overflow_add, no_overflow_mul)
@@ -1150,7 +1150,8 @@ def model_accepts(now: int, delay: int) -> bool:
     ``now`` is not rejected."""
     from kpurgatory.model import Model  # model/ itself, not a copy of its rule
 
-    return Model("timer", v.Params(tick_ms=1, wheel_size=20, start_ms=now)).step(v.TimerAdd("t", delay)).error is None
+    return model_step(Model("timer", v.Params(tick_ms=1, wheel_size=20, start_ms=now)), v.TimerAdd("t", delay),
+                      ()).error is None
 
 
 def largest_accepted_deadline(accepts: Callable[[int, int], bool], now: int) -> int:

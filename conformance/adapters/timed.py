@@ -8,12 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import math
 import threading
 import time
 from typing import Iterator
 
 #: how often a block past its limit is interrupted again, until it ends
 INTERRUPT_S = 0.5
+#: a step of the reference model that runs longer is a hang: a step takes microseconds (a few milliseconds for an
+#: advance across many wheel turns), so one past this is a loop at any load
+MODEL_STEP_S = 5.0
 
 
 class TimeLimit(BaseException):
@@ -33,16 +37,16 @@ class Watchdog:
         self.thread: threading.Thread | None = None
 
     @contextlib.contextmanager
-    def limit(self, timeout: float) -> Iterator[None]:
+    def limit(self, timeout: float) -> Iterator[Clock]:
         ident = threading.get_ident()
         with self.changed:
             self.deadlines[ident] = time.monotonic() + timeout
-            if self.thread is None:
+            if self.thread is None or not self.thread.is_alive():  # a forked child has no copy of the thread
                 self.thread = threading.Thread(target=self._watch, daemon=True, name="time limits")
                 self.thread.start()
             self.changed.notify()
         try:
-            yield
+            yield Clock(self.deadlines, ident, timeout)
         finally:
             self._end(ident)
 
@@ -70,13 +74,43 @@ class Watchdog:
                         self.deadlines[ident] = now + INTERRUPT_S / 5
                         ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident),
                                                                    ctypes.py_object(TimeLimit))
-                self.changed.wait(min(self.deadlines.values(), default=now + 60) - now)
+                # a deadline moved by a `Clock` (without the lock) is seen within INTERRUPT_S
+                self.changed.wait(min([*self.deadlines.values(), now + (INTERRUPT_S if self.deadlines else 60)]) - now)
+
+
+class Clock:
+    """A limited block's clock, to limit parts of the block (a loop's steps) each on its own: `restart` gives the
+    part that follows the whole limit again, `stop` no limit until the next restart. Neither takes a lock, so a step
+    of a few microseconds can afford them: a dict store is atomic, and the watchdog reads the deadline anew each time
+    it wakes."""
+
+    def __init__(self, deadlines: dict[int, float], ident: int, timeout: float) -> None:
+        self.deadlines, self.ident, self.timeout = deadlines, ident, timeout
+
+    def restart(self) -> None:
+        self.deadlines[self.ident] = time.monotonic() + self.timeout
+
+    def stop(self) -> None:
+        self.deadlines[self.ident] = math.inf
+
+
+class Unlimited(Clock):
+    """The clock of a block without a limit."""
+
+    def __init__(self) -> None:
+        super().__init__({}, 0, math.inf)
 
 
 WATCHDOG = Watchdog()
 
 
-def limited(timeout: float | None) -> contextlib.AbstractContextManager[None]:
+def limited(timeout: float | None) -> contextlib.AbstractContextManager[Clock]:
     """A block on the calling thread that raises `TimeLimit` once it ran ``timeout`` seconds (None: no limit). The
     exception arrives at the block's next Python bytecode: a loop in native code is not stopped."""
-    return contextlib.nullcontext() if timeout is None else WATCHDOG.limit(timeout)
+    return contextlib.nullcontext(Unlimited()) if timeout is None else WATCHDOG.limit(timeout)
+
+
+def failure_text(error: BaseException, timeout: float) -> str:
+    """How a block limited to ``timeout`` seconds failed: it hung (`TimeLimit`) or raised ``error``."""
+    return (f"hung: no answer within {timeout:g} s" if isinstance(error, TimeLimit)
+            else f"raised {type(error).__name__}: {error}")

@@ -35,7 +35,7 @@ import attrs
 
 from kpurgatory.conformance.adapters.subprocess import AdapterError, AdapterTimedOut
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest, play
-from kpurgatory.conformance.adapters.timed import TimeLimit, limited
+from kpurgatory.conformance.adapters.timed import TimeLimit, failure_text, limited
 from kpurgatory.conformance.check import findings, strategies
 from kpurgatory.conformance.check.choices import Choices, SeededChoices, pick, roll
 from kpurgatory.conformance.check.coverage import Before, Coverage, clocks_of, entry_places
@@ -653,8 +653,7 @@ def on_the_model(session: Session, builder: RunBuilder, make: Callable[[], Drawn
         run, command = getattr(builder, "run", None), getattr(builder, "current", None)
         if run is None or command is None:
             raise
-        failure = (f"hung: no answer within {session.model_timeout:g} s" if isinstance(error, TimeLimit)
-                   else f"raised {type(error).__name__}: {error}")
+        failure = failure_text(error, session.model_timeout)
         summary = (f"step {len(run.steps) + 1} ({format_command(command)}): the reference model {failure}; this "
                    f"is a bug in kpurgatory, not in the implementation")
         step = Step(len(run.steps) + 1, command, v.Observation())  # the model has no observation of it

@@ -38,6 +38,7 @@ from kpurgatory.conformance.check.compare import LEVELS, Difference, describe_ev
 from kpurgatory.conformance.check.findings import Finding
 from kpurgatory.conformance.adapters.kafka import with_kafka_option
 from kpurgatory.conformance.adapters.subprocess import AdapterFailed
+from kpurgatory.conformance.adapters.timed import MODEL_STEP_S, TimeLimit, failure_text, limited
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
 from kpurgatory.conformance.terminal import command_console, counted, markup, safe
 from kpurgatory.conformance.traces.codec import (MODEL, Step, Trace, TraceFormatError, collector_paused,
@@ -81,7 +82,7 @@ class ReplayReport:
     level: str
     outcomes: tuple[StepOutcome, ...]
     error: str | None = None  # the system failed (crash, hang, protocol violation) or the trace is malformed
-    broken: bool = False  # the error is the system's failure to answer, not the trace's
+    broken: bool = False  # the error is the system's (or the reference model's) failure to answer, not the trace's
     #: why the system differs, when the Kafka release it declares answers the failing step as it did
     explanation: str | None = None
     #: the release rules (tickets) that explanation names: the trace pins a release on their other side
@@ -94,6 +95,8 @@ class ReplayReport:
     finding: Finding | None = None
     #: the step the system failed to answer (``error``), shown after the outcomes
     unanswered: StepOutcome | None = None
+    #: the step at which the reference model itself hung or raised (``error`` says how): a bug in kpurgatory
+    model_broke_at: int | None = None
 
     @property
     def exit_code(self) -> int:
@@ -197,10 +200,11 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
     # (and a recording's: a recording of Kafka's classes does what they do)
     shadow = findings.KafkaShadow() if sut is not None or recording is not None else None
 
-    def report(error: str | None = None, broken: bool = False, unanswered: StepOutcome | None = None
-               ) -> ReplayReport:
+    def report(error: str | None = None, broken: bool = False, unanswered: StepOutcome | None = None,
+               model_broke_at: int | None = None) -> ReplayReport:
         return ReplayReport(trace, "system" if sut is not None else "model", level, tuple(outcomes), error, broken,
-                            explanation, other_side_of, failed_as=failed_as, finding=finding, unanswered=unanswered)
+                            explanation, other_side_of, failed_as=failed_as, finding=finding, unanswered=unanswered,
+                            model_broke_at=model_broke_at)
 
     def failed(step: Step | None, expected: v.Observation | None, error: Exception) -> ReplayReport:
         """The system failed to answer ``step`` (None: init)."""
@@ -219,14 +223,20 @@ def replay(trace: Trace, system: SystemUnderTest | None = None, level: str = "ex
             return failed(None, None, error)
 
     # the model's and the comparison's objects form no cycles that outlive the replay; a live system's may
-    with collector_paused() if system is None else contextlib.nullcontext():
+    with collector_paused() if system is None else contextlib.nullcontext(), limited(MODEL_STEP_S) as model_clock:
         for step in trace.steps:
             if shadow is not None:
                 shadow.before(model, step.command)
             try:
+                model_clock.restart()  # each step of the model on its own limit; the system's calls on theirs
                 expected_by = {candidate: stepper.step(step.command) for candidate, stepper in models.items()}
+                model_clock.stop()
             except CommandError as error:
                 return report(f"step {step.seq}: malformed command: {error}")
+            except (Exception, TimeLimit) as error:
+                return report(f"step {step.seq}: the reference model {failure_text(error, MODEL_STEP_S)}; this is a "
+                              f"bug in kpurgatory, not in the trace or the system", broken=True,
+                              model_broke_at=step.seq)
             expected = expected_by[release]
             edge = None if shadow is None else shadow.after(model, step.command, expected)
             failures: list[Failure] = []

@@ -198,6 +198,8 @@ def sequential_view(trace: Trace, report: ReplayReport | None = None, level: str
     timeline = Timeline(header.params.tick_ms, header.params.start_ms)
     steps, states, error = [], [], checked.error
     for step in trace.steps:
+        if step.seq == checked.model_broke_at:
+            break  # the model hangs or raises there, as ``error`` says
         before = model.now_ms
         try:
             expected = model.step(step.command)

@@ -4,11 +4,12 @@ catch are in the catalogue of tests/specs/test_breakages.py."""
 
 import pytest
 
-from kpurgatory.conformance.traces.replay import replay
+from kpurgatory.conformance.traces import replay as replay_module
+from kpurgatory.conformance.traces.replay import format_command, replay
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.purgatory import DelayedOperationPurgatory
-from kpurgatory.model.timer import LONG_MAX
-from kpurgatory.specs import refinement, wheel
+from kpurgatory.model.timer import LONG_MAX, TimingWheel
+from kpurgatory.specs import core, refinement, wheel
 from kpurgatory.specs.core import BOUND, PROVED, REFUTED, load_all
 
 
@@ -67,3 +68,34 @@ def test_kafka_wheel_is_left_out_where_java_wraps():
     assert w.kafka is None and w.arithmetic.overflowed
     w = refinement.wheels_after(shape, [v.TimerAdd("t1", 1)], wheel.KAFKA)
     assert w.kafka is not None
+
+
+def advance_that_never_ends(self, time_ms):
+    """A wheel clock that stays put: the bucket released at its expiration is re-inserted into itself, forever."""
+
+
+def overflow_that_breaks(self):
+    raise ZeroDivisionError("a broken overflow wheel")
+
+
+@pytest.mark.parametrize("name", ["refinement.purgatory", "refinement.wheel"])
+@pytest.mark.parametrize("broken, failure", [
+    (("advance_clock", advance_that_never_ends), "hung: no answer within 0.2 s"),
+    (("add_overflow_wheel", overflow_that_breaks), "raised ZeroDivisionError: a broken overflow wheel")])
+def test_a_model_that_hangs_or_raises_refutes_the_obligation_with_its_run(registry, name, broken, failure):
+    """The obligation ends within its time limit per step, refuted by the shortest run that got there: a trace
+    whose replay on the broken model stops at that step, the reference broken (exit 3)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TimingWheel, *broken)
+        patch.setattr(core, "MODEL_STEP_S", 0.2)
+        patch.setattr(replay_module, "MODEL_STEP_S", 0.2)
+        outcome = core.run_one(registry[name])
+        assert outcome.status == REFUTED and outcome.witness["failure"] == failure, outcome.detail
+        trace = outcome.traces["counterexample"]
+        assert outcome.witness["commands"] == len(trace.steps) <= refinement.WHEEL_DEPTH
+        *answered, last = trace.steps
+        assert last.observation == v.Observation() and format_command(last.command) in outcome.detail
+        report = replay(trace)
+        assert report.exit_code == 3 and report.model_broke_at == last.seq
+        assert [outcome.seq for outcome in report.outcomes] == [step.seq for step in answered]
+        assert f"step {last.seq}: the reference model {failure}" in report.error

@@ -6,7 +6,7 @@ import attrs
 import pytest
 import z3
 
-from kpurgatory.specs import purgatory, wheel
+from kpurgatory.specs import core, purgatory, wheel
 from kpurgatory.specs.core import BOUND, NOT_INDUCTIVE, PROVED, REFUTED, fresh_z3_context
 from kpurgatory.specs.purgatory import Not
 
@@ -78,7 +78,7 @@ def test_a_broken_invariant_is_reported_as_not_inductive():
     assert (status, part) == (NOT_INDUCTIVE, "consecution")
 
 
-def test_the_crosscheck_reports_a_hanging_model(monkeypatch):
+def test_the_crosscheck_stops_at_a_hanging_model_with_its_run(monkeypatch):
     from kpurgatory.model import Model
     from kpurgatory.model import vocabulary as v
 
@@ -90,9 +90,11 @@ def test_the_crosscheck_reports_a_hanging_model(monkeypatch):
         return real_step(self, command)
 
     monkeypatch.setattr(Model, "step", hang_on_advance)
-    monkeypatch.setattr(purgatory, "STEP_LIMIT_S", 0.2)
-    problems = purgatory.crosscheck([v.Watch("a", ["k0"], 5), v.Advance(1)], v.Params(tick_ms=1, wheel_size=2))
-    assert problems == ["step 2 Advance(to_ms=1): the model did not answer within 0.2 s (hang)"]
+    monkeypatch.setattr(core, "MODEL_STEP_S", 0.2)
+    watch, advance = v.Watch("a", ["k0"], 5), v.Advance(1)
+    with pytest.raises(core.ModelBroke) as broke:
+        purgatory.crosscheck([watch, advance], v.Params(tick_ms=1, wheel_size=2))
+    assert (broke.value.commands, broke.value.failure) == ((watch, advance), "hung: no answer within 0.2 s")
 
 
 @pytest.mark.parametrize("mutant", ["purge_ge", "purge_before_expiries"])
