@@ -59,7 +59,7 @@ class Watchdog:
                     self.deadlines.pop(ident, None)
                     if ident in self.fired:  # a TimeLimit may still be on its way: the block is over
                         self.fired.discard(ident)
-                        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), None)
+                        absorb_pending(ident)
                 return
             except TimeLimit:
                 continue
@@ -76,6 +76,24 @@ class Watchdog:
                                                                    ctypes.py_object(TimeLimit))
                 # a deadline moved by a `Clock` (without the lock) is seen within INTERRUPT_S
                 self.changed.wait(min([*self.deadlines.values(), now + (INTERRUPT_S if self.deadlines else 60)]) - now)
+
+
+class Spent(BaseException):
+    """Stands in for a TimeLimit still on its way to a thread whose block ended; caught where it is sent."""
+
+
+def absorb_pending(ident: int) -> None:
+    """Swap the exception that may still be on its way to this thread (``ident``) for a `Spent`, and let it arrive
+    here. Clearing it instead (PyThreadState_SetAsyncExc with NULL) leaves the interpreter's flag "an asynchronous
+    exception is pending" set for good, which no thread then clears: every thread stops at each check of the flag,
+    and under a short switch interval threads hand the GIL round without running (measured: a concurrent check's
+    calls all stalled, reported as a deadlock)."""
+    try:
+        ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(ident), ctypes.py_object(Spent))
+        while True:  # the exception arrives after the call above returns, or at the loop's first backward jump
+            pass
+    except Spent:
+        pass
 
 
 class Clock:
