@@ -144,7 +144,8 @@ def test_the_edge_of_time_and_far_clocks_are_drawn_on_purpose():
     """Exactly Long.MAX_VALUE and just beyond it, from a clock that has not moved as from one that has; clock origins
     just below a multiple of 2^32 ticks and just below Long.MAX_VALUE."""
     p = Params(10, 4, 0)
-    drawn = settings(database=None, max_examples=2000, phases=[Phase.generate])  # drawn: no need to shrink them
+    # drawn, not shrunk; from a fixed seed: an edge is one draw in thousands, so a random 2,000 miss one now and then
+    drawn = settings(database=None, max_examples=2000, phases=[Phase.generate], derandomize=True)
     assert find(strategies.delays(p, 0), lambda delay: delay == v.LONG_MAX, settings=drawn)
     assert find(strategies.delays(p, 12345), lambda delay: delay == v.LONG_MAX - 12345, settings=drawn)
     assert find(strategies.delays(p, 12345), lambda delay: v.LONG_MAX < 12345 + delay <= v.LONG_MAX + 30,
