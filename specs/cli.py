@@ -174,30 +174,33 @@ def explanations(obligations, outcomes, paths) -> list[str]:
 
 
 def print_bounds(console: Console, obligations) -> None:
-    """The bounds of every obligation: how it is checked, what is unbounded, what is bounded and how."""
+    """The bounds of every obligation: how it is checked, what is unbounded, what is bounded and how, and what it
+    takes on trust."""
     table = Table(title=f"kpurgatory prove --list: the bounds of {len(obligations)} obligations", show_lines=True)
     table.add_column("obligation", no_wrap=True)
     table.add_column("kind", no_wrap=True)
     table.add_column("method", overflow="fold", ratio=1)
     table.add_column("unbounded", overflow="fold", ratio=2)
     table.add_column("bounded, and how", overflow="fold", ratio=2)
+    table.add_column("trusted", overflow="fold", ratio=2)
     for ob in obligations:
         bound = ob.bound
         kind = ob.kind + (f"\n[dim]rests on {ob.rests_on}[/]" if ob.rests_on else "")
-        table.add_row(ob.name, kind, escape(bound.method), escape(bound.unbounded), escape(bound.bounded))
+        table.add_row(ob.name, kind, escape(bound.method), escape(bound.unbounded), escape(bound.bounded),
+                      escape(ob.trusted))
     console.print(table)
 
 
 def listing(obligations) -> list[dict]:
     return [{"name": ob.name, "kind": ob.kind, "expected": ob.expect, "domain": ob.domain,
-             "bound": attrs.asdict(ob.bound), "rests_on": ob.rests_on, "mutant": ob.mutant,
+             "bound": attrs.asdict(ob.bound), "trusted": ob.trusted, "rests_on": ob.rests_on, "mutant": ob.mutant,
              "statement": ob.statement} for ob in obligations]
 
 
-def report_console() -> Console:
+def report_console(width: int = 180) -> Console:
     console = Console()
     if not console.is_terminal:  # piped or captured: do not squeeze the table into 80 columns
-        console = Console(width=180)
+        console = Console(width=width)
     return console
 
 
@@ -235,7 +238,7 @@ def prove_command(as_json_flag: bool, out: Path | None, only: tuple[str, ...], j
         if as_json_flag:
             click.echo(json.dumps({"obligations": listing(obligations)}, indent=2))
         else:
-            print_bounds(report_console(), obligations)
+            print_bounds(report_console(width=240), obligations)  # six columns of prose
         return
     outcomes = run_with_progress(obligations, jobs)
     seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu_start

@@ -183,6 +183,12 @@ class Obligation:
         return self.declared_bound or Bound.from_domain(self.domain)
 
     @property
+    def trusted(self) -> str:
+        """What the result takes on trust: the encoding it is about, and what ties that encoding to model/."""
+        subject = self.name.removeprefix("mutant.")
+        return next((text for prefix, text in TRUSTED if subject.startswith(prefix)), "not stated")
+
+    @property
     def statement(self) -> str:
         """The paragraph in words: the encoding function's docstring, reflowed."""
         return " ".join((self.run.__doc__ or "").split())
@@ -191,6 +197,22 @@ class Obligation:
     def group(self) -> str:
         return self.name.split(".")[0]
 
+
+#: what the obligations of a family take on trust, by name prefix (the first that matches; a mutant as its subject)
+TRUSTED = (
+    ("java.", "z3's integer and bit-vector theories; Java's operators as the JLS defines them, written out"),
+    ("wheel.model.expiration_guard", "model/ itself, run; its guard read by bisection on the delay, taken to be "
+                                     "monotone in it"),
+    ("wheel.kafka.", "KafkaWheel, Kafka's TimingWheel paraphrased in Java's wrapping arithmetic"),
+    ("wheel.queue.", "model/'s own TimerTaskList (setExpiration, flush), run on z3 terms; the delay queue as "
+                     "wheel_levels.py encodes it"),
+    ("wheel.", "the shared arithmetic (wheel.Arithmetic) for model/timer.py: refinement.wheel ties the two, within "
+               "its bound only"),
+    ("purgatory.", "purgatory.step for model/'s purgatory: refinement.purgatory ties the two, within its bound only"),
+    ("interleaving.", "interleaving.py's encoding of Kafka's locks (op lock, shard locks, the completed flag's "
+                      "compare-and-set); model/ is single-threaded, so nothing ties it to model/"),
+    ("refinement.", "nothing but Python: model/ itself is run, each step under a time limit"),
+)
 
 REGISTRY: dict[str, Obligation] = {}
 

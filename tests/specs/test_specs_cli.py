@@ -214,17 +214,24 @@ def test_list_prints_the_bounds_of_every_obligation():
     result = CliRunner().invoke(main, ["prove", "--list", "--only", "purgatory.exactly_once",
                                        "--only", "interleaving.no_lost_wakeup"])
     assert result.exit_code == 0, result.output
-    for text in ("method", "unbounded", "bounded, and how", "purgatory.exactly_once", "3 ops; 2 keys",
+    for text in ("method", "unbounded", "bounded, and how", "trusted", "purgatory.exactly_once", "3 ops; 2 keys",
                  "run length (induction)", "exhaustive: every"):
         assert text in result.output
     listed = json.loads(CliRunner().invoke(main, ["prove", "--list", "--json"]).output)["obligations"]
     assert len(listed) == len(core.select())
     for row in listed:
         assert row["bound"]["method"] and row["statement"] and row["domain"], row
+        assert row["trusted"] != "not stated", row["name"]
     by_name = {row["name"]: row["bound"] for row in listed}
     assert by_name["purgatory.exactly_once"]["bounded"].startswith("3 ops; 2 keys")
     assert by_name["interleaving.no_lost_wakeup"]["unbounded"] == "-"
     assert "2 threads; 2 calls; 1 key" in by_name["interleaving.no_lost_wakeup"]["bounded"]
+    # what ties each family's encoding to model/: the bounded refinement, model/ itself, or nothing
+    trusted = {row["name"]: row["trusted"] for row in listed}
+    assert "refinement.purgatory ties the two, within its bound only" in trusted["purgatory.exactly_once"]
+    assert "refinement.wheel ties the two" in trusted["wheel.levels.not_early"] == trusted["mutant.wheel.bucket_rounded_up"]
+    assert trusted["refinement.purgatory"].startswith("nothing but Python: model/ itself is run")
+    assert "nothing ties it to model/" in trusted["interleaving.no_lost_wakeup"]
 
 
 def test_a_declared_bound_replaces_the_one_read_from_the_domain(toy):
