@@ -208,6 +208,10 @@ TRUSTED = (
                      "wheel_levels.py encodes it"),
     ("wheel.", "the shared arithmetic (wheel.Arithmetic) for model/timer.py: refinement.wheel ties the two, within "
                "its bound only"),
+    ("purgatory.liveness.", "purgatory.step for model/'s purgatory, tied by refinement.purgatory within its bound; "
+                            "and the naturals' well-foundedness: a rank that falls at every fair advance cannot fall "
+                            "for ever (each step of the ranking argument is proved, the induction over an infinite "
+                            "run is not)"),
     ("purgatory.", "purgatory.step for model/'s purgatory: refinement.purgatory ties the two, within its bound only"),
     ("interleaving.", "interleaving.py's encoding of Kafka's locks (op lock, shard locks, the completed flag's "
                       "compare-and-set); model/ is single-threaded, so nothing ties it to model/"),

@@ -232,6 +232,7 @@ def test_list_prints_the_bounds_of_every_obligation():
     assert "refinement.wheel ties the two" in trusted["wheel.levels.not_early"] == trusted["mutant.wheel.bucket_rounded_up"]
     assert trusted["refinement.purgatory"].startswith("nothing but Python: model/ itself is run")
     assert "nothing ties it to model/" in trusted["interleaving.no_lost_wakeup"]
+    assert "the induction over an infinite run is not" in trusted["purgatory.liveness.fair"]
 
 
 def test_a_declared_bound_replaces_the_one_read_from_the_domain(toy):
