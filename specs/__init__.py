@@ -24,6 +24,11 @@ specs/obligations.md collects the statements, ``kpurgatory prove --markdown`` re
                    atomic steps at Kafka's locking (op lock, shard lock) and interleaved: why Kafka tries twice and
                    cancels after the timer add; a watch racing a purge, cancelForKey or another watch loses no op;
                    no tryComplete after a completion under the op lock; each with its mutant
+  refinement.py    model/ against the encodings on every run of a bounded domain, by exhaustive enumeration (the
+                   shortest divergence, as a trace)
+  lift.py          model/'s own code run on z3 terms: every branch on a term decided by z3, each feasible path once
+  simulation.py    model/ against the encodings one step from any state, by lifting: the purgatory from every
+                   state satisfying its invariant, each level of the wheel for all values
   mutants.py       the spec mutants and `mutant_counterexamples()`, their traces by mutant key
   cli.py           ``kpurgatory prove [--json] [--out DIR] [--only GLOB] [--jobs N] [--list] [--markdown]``: premises
                    first, one line per failed premise, each refutation's values and trace files, the run's CPU

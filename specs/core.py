@@ -206,15 +206,23 @@ TRUSTED = (
     ("wheel.kafka.", "KafkaWheel, Kafka's TimingWheel paraphrased in Java's wrapping arithmetic"),
     ("wheel.queue.", "model/'s own TimerTaskList (setExpiration, flush), run on z3 terms; the delay queue as "
                      "wheel_levels.py encodes it"),
-    ("wheel.", "the shared arithmetic (wheel.Arithmetic) for model/timer.py: refinement.wheel ties the two, within "
-               "its bound only"),
-    ("purgatory.liveness.", "purgatory.step for model/'s purgatory, tied by refinement.purgatory within its bound; "
-                            "and the naturals' well-foundedness: a rank that falls at every fair advance cannot fall "
-                            "for ever (each step of the ranking argument is proved, the induction over an infinite "
-                            "run is not)"),
-    ("purgatory.", "purgatory.step for model/'s purgatory: refinement.purgatory ties the two, within its bound only"),
+    ("wheel.", "the shared arithmetic (wheel.Arithmetic) for model/timer.py: refinement.wheel.lifted ties each "
+               "level's decisions to it for all values, refinement.wheel the whole wheel (buckets, delay queue, "
+               "cascade) within its bound"),
+    ("purgatory.liveness.fair", "purgatory.step for model/'s purgatory (refinement.purgatory.inductive); and "
+                                "fairness read as a count: infinitely many advances that move the clock exceed any "
+                                "op's delay (the bounded response, 'fewer than delay advances while live', is "
+                                "proved)"),
+    ("purgatory.", "purgatory.step for model/'s purgatory: refinement.purgatory.inductive ties the two one step at a "
+                   "time from any invariant state (structures within its bound), refinement.purgatory on bounded "
+                   "runs"),
     ("interleaving.", "interleaving.py's encoding of Kafka's locks (op lock, shard locks, the completed flag's "
                       "compare-and-set); model/ is single-threaded, so nothing ties it to model/"),
+    ("refinement.purgatory.inductive", "model/'s purgatory run on z3 terms over the timer as a deadline per op "
+                                       "(its wheel is tied to that by wheel.timing.* and refinement.wheel.lifted); "
+                                       "purgatory.invariant for step()"),
+    ("refinement.wheel.lifted", "model/timer.py's TimingWheel run on z3 terms, but for its bucket list indexed by a "
+                                "term; level creation for the listed wheel sizes only"),
     ("refinement.", "nothing but Python: model/ itself is run, each step under a time limit"),
 )
 
@@ -253,7 +261,7 @@ def load_all() -> dict[str, Obligation]:
 
 MODULE_ORDER = ("kpurgatory.specs.wheel", "kpurgatory.specs.wheel_levels", "kpurgatory.specs.purgatory",
                 "kpurgatory.specs.interleaving",
-                "kpurgatory.specs.refinement")
+                "kpurgatory.specs.refinement", "kpurgatory.specs.simulation")
 
 
 def select(patterns: Iterable[str] = ()) -> list[Obligation]:
@@ -352,6 +360,12 @@ class ModelBroke(Exception):
         return Outcome(REFUTED, f"model/ under a {MODEL_STEP_S:g} s limit per step", str(self),
                        witness={"params": attrs.asdict(self.params), "commands": len(self.commands),
                                 "failure": self.failure}, traces={"counterexample": self.trace(name)})
+
+
+def recorded(header: Header, commands: Iterable[v.Command]) -> Trace:
+    """model/'s trace of ``commands`` (a refutation's counterexample), each step under `model_step`'s time limit:
+    a model that hangs on a counterexample's own commands ends the obligation, refuted by that run."""
+    return model_trace(header, commands, step=model_step)
 
 
 def model_step(model: Model, command: v.Command, before: Sequence[v.Command]) -> v.Observation:

@@ -59,10 +59,10 @@ from typing import Callable
 import attrs
 import z3
 
-from kpurgatory.conformance.traces.codec import Header, model_trace
+from kpurgatory.conformance.traces.codec import Header
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs import teeth
-from kpurgatory.specs.core import ERROR, PROVED, REFUTED, Bound, Outcome, obligation, solver, undecided
+from kpurgatory.specs.core import ERROR, PROVED, REFUTED, Bound, Outcome, obligation, recorded, solver, undecided
 
 DONE = 99
 #: the pcs of a thread's second call are its program's plus this (a thread makes at most two calls: pcs stay < 2^8)
@@ -1060,7 +1060,7 @@ def lost_wakeup_trace(schedule: Schedule):
                     "kpurgatory.model", "projection of the interleaving " + str(schedule) + ": the op becomes ready "
                     "after the first tryComplete (ready_on=2) and the check ran before the watch; with Kafka's second "
                     "tryComplete the watch completes it, without it the op waits for its timeout")
-    return model_trace(header, commands)
+    return recorded(header, commands)
 
 
 @obligation("mutant.interleaving.no_second_try", kind="mutant", expect=REFUTED, domain=str(WATCH_CHECK))

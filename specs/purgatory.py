@@ -40,7 +40,7 @@ from typing import Iterable
 import attrs
 import z3
 
-from kpurgatory.conformance.traces.codec import Header, Trace, model_trace
+from kpurgatory.conformance.traces.codec import Header, Trace
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs import core, teeth
@@ -982,7 +982,7 @@ def _concretise_obs(obs: Obs) -> Obs:
 def purgatory_trace(trace_id: str, run: Run, description: str) -> Trace:
     params = v.Params(tick_ms=1, wheel_size=20, start_ms=0, purge_interval=run.purge_interval)
     commands = to_vocabulary(run.commands) + [v.Watched(), v.Delayed()]
-    return model_trace(Header(trace_id, "purgatory", params, "kpurgatory.model", description), commands)
+    return core.recorded(Header(trace_id, "purgatory", params, "kpurgatory.model", description), commands)
 
 
 def describe_run(run: Run) -> str:
@@ -1188,20 +1188,65 @@ def fair_progress(s: dict, c: Cmd, n: dict, obs: Obs) -> object:
     return And(*parts)
 
 
+def response_bound(s: dict, fairs: dict, budget: dict) -> object:
+    """The bounded-response invariant, per op: while live, the fair advances since its last watch plus its rank are
+    at most the delay it was last watched with."""
+    return And(*[Implies(live(s, o), rank(s, o) + fairs[o] <= budget[o]) for o in range(SHAPE.ops)])
+
+
+def bounded_response(mutants: frozenset = frozenset()) -> tuple[str, str]:
+    """Is `response_bound` inductive over step() (with the shared invariant), and does it, with the invariant,
+    give: a live op has had fewer fair advances since its last watch than the delay it was watched with? Two ghost
+    counters per op: ``fairs`` (advances that moved the clock since its last watch; reset by a watch of it) and
+    ``budget`` (its delay, set by a watch of it)."""
+    s, c = symbolic_state("s"), symbolic_cmd("c")
+    n, _ = step(s, c, mutants)
+    fairs = {o: z3.Int(f"fairs.{o}@s") for o in range(SHAPE.ops)}
+    budget = {o: z3.Int(f"budget.{o}@s") for o in range(SHAPE.ops)}
+    fair = And(c.kind == ADVANCE, c.to > s[("now",)])
+    watched = {o: And(c.kind == WATCH, Eq(c.op, o)) for o in range(SHAPE.ops)}
+    fairs_n = {o: If(watched[o], 0, fairs[o] + I(fair)) for o in range(SHAPE.ops)}
+    budget_n = {o: If(watched[o], n[("delay", o)], budget[o]) for o in range(SHAPE.ops)}
+    initially = initial_state(z3.Int("P0"))
+    checks = (("initiation", [initially[("P",)] >= 0], response_bound(initially, {o: 0 for o in fairs},
+                                                                        {o: 0 for o in budget})),
+              ("consecution", [invariant(s), cmd_domain(s, c, ALL_KINDS), response_bound(s, fairs, budget)],
+               response_bound(n, fairs_n, budget_n)),
+              ("conclusion", [invariant(s), response_bound(s, fairs, budget)],
+               And(*[Implies(live(s, o), fairs[o] < budget[o]) for o in range(SHAPE.ops)])))
+    for part, hypotheses, goal in checks:
+        answer = core.prove(hypotheses, goal)
+        if answer.status != PROVED:
+            return answer.status, part
+    return PROVED, ""
+
+
 @obligation("purgatory.liveness.fair", domain=DOMAIN + "; fairness: the reaper's advances move the clock forward "
                                                        "infinitely often, each op is watched finitely often",
             rests_on=INVARIANT, mutant=MUTANTS["check_rearms_timer"])
 def liveness_fair(mutated: bool = False) -> Outcome:
     """Liveness under fairness: every operation that is not cancelled eventually completes, provided the reaper
     keeps advancing the clock (infinitely many advances to a later time) and the op is watched only finitely often
-    (each watch of a live op re-arms its timer, as in Kafka). The proof is a ranking function: the rank of a live op
-    is the time from the clock to the start of its deadline's tick. In every state satisfying the invariant, a live
-    op has rank at least 1; no step but a watch of that op raises its rank; every advance that moves the clock
-    lowers it or ends the op's life (it completes, or is cancelled); a completion is never undone. After the op's
-    last watch its rank is a natural number that never grows and falls at every fair advance, so after finitely
-    many fair advances it is no longer live: it completed (by expiry at the latest) unless it was cancelled.
-    Without a lasso: from any reachable state, one advance to the last live deadline or later leaves no op live."""
-    return bmc_then_invariant(invariant, fair_progress, "check_rearms_timer" if mutated else None)
+    (each watch of a live op re-arms its timer, as in Kafka). Proved in two parts, each by z3 for any run length.
+    The ranking step: the rank of a live op is the time from the clock to the start of its deadline's tick; in
+    every state satisfying the invariant a live op has rank at least 1, no step but a watch of that op raises its
+    rank, every advance that moves the clock lowers it or ends the op's life (it completes, or is cancelled), and a
+    completion is never undone. The end of the argument, as a bounded response: with two ghost counters per op,
+    the advances that moved the clock since its last watch and the delay it was last watched with, "while live,
+    rank + advances <= delay" holds initially and is preserved by every step (induction), and with the invariant
+    it gives: a live op has had fewer such advances since its last watch than its delay. So after its last watch,
+    an op watched with a finite delay d is no longer live once the clock has moved d times — it completed (by
+    expiry at the latest) unless it was cancelled — and fairness supplies those d advances. Without a lasso: from
+    any reachable state, one advance to the last live deadline or later leaves no op live."""
+    outcome = bmc_then_invariant(invariant, fair_progress, "check_rearms_timer" if mutated else None)
+    if outcome.status != PROVED:
+        return outcome
+    status, part = bounded_response(frozenset({"check_rearms_timer"}) if mutated else frozenset())
+    if status != PROVED:
+        return Outcome(NOT_INDUCTIVE if status == REFUTED else status, "induction (bounded response)",
+                       f"the ranking step is proved; the bounded response fails at its {part}")
+    return Outcome(PROVED, "induction (ranking step + bounded response)",
+                   "the ranking step and the bounded response (initiation, consecution, conclusion) are proved")
 
 
 # --- beyond the bound --------------------------------------------------------------------------------------------
@@ -1541,9 +1586,9 @@ def memory_family_trace(size: int) -> Trace:
     commands: list[v.Command] = [v.Watch(op, ["k0", "k1"], 100) for op in ops]
     commands += [v.CancelKey("k0"), v.Advance(1)] + [v.Force(op) for op in ops] + [v.Advance(2), v.Watched()]
     params = v.Params(tick_ms=1, wheel_size=20, start_ms=0, purge_interval=0)
-    return model_trace(Header("specs.purgatory.memory.no_bound_with_cancel.family", "purgatory", params,
-                              "kpurgatory.model", f"{size} stale entries survive the purge check with interval 0"),
-                       commands)
+    return core.recorded(Header("specs.purgatory.memory.no_bound_with_cancel.family", "purgatory", params,
+                                "kpurgatory.model", f"{size} stale entries survive the purge check with interval 0"),
+                         commands)
 
 
 @obligation("purgatory.memory.true_bound", domain=f"{OPS} ops, {KEYS} keys, all commands, any purge interval; "

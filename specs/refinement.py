@@ -27,7 +27,7 @@ from typing import Callable, Iterable, Iterator
 import attrs
 import z3
 
-from kpurgatory.conformance.traces.codec import Header, Trace, model_trace
+from kpurgatory.conformance.traces.codec import Header, Trace
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.purgatory import Journal
@@ -35,7 +35,7 @@ from kpurgatory.model.releases import Release
 from kpurgatory.model.timer import DelayQueue
 from kpurgatory.specs import purgatory as spec
 from kpurgatory.specs import wheel
-from kpurgatory.specs.core import BOUND, REFUTED, Bound, Outcome, model_step, obligation
+from kpurgatory.specs.core import BOUND, REFUTED, Bound, Outcome, model_step, obligation, recorded
 from kpurgatory.specs.javalong import LONG_MAX, Long, PyBackend
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -286,10 +286,10 @@ def purgatory_trace(name: str, params: v.Params, divergence: Divergence, mutants
         commands = (*divergence.commands, *showing(params, divergence, mutants), *READOUTS)
         _, answers = steps_from(params, commands, mutants)
     parted = len(divergence.commands) - 1
-    recording = model_trace(Header(f"specs.{name}", "purgatory", params, "kpurgatory.model",
-                                   f"model/ and purgatory.step() part at command {parted + 1}: "
-                                   f"{'; '.join(divergence.problems)}. The recording is model/'s, the system's "
-                                   f"answers are step()'s (from that command on)."), commands)
+    recording = recorded(Header(f"specs.{name}", "purgatory", params, "kpurgatory.model",
+                                f"model/ and purgatory.step() part at command {parted + 1}: "
+                                f"{'; '.join(divergence.problems)}. The recording is model/'s, the system's "
+                                f"answers are step()'s (from that command on)."), commands)
     return with_answers(recording, parted, answers[parted:])
 
 
@@ -643,11 +643,11 @@ def wheel_trace(name: str, shape: WheelShape, divergence: Divergence, arithmetic
     first other wheel that disagrees with model/ as the system's (its runs, or its rejection), then the wheel
     read-out."""
     commands = [*divergence.commands, v.Wheel()]
-    recording = model_trace(Header(f"specs.{name}", "timer", shape.params, "kpurgatory.model",
-                                   f"the wheels part at command {len(divergence.commands)}: "
-                                   f"{'; '.join(divergence.problems)}. The recording is model/'s; the system's "
-                                   f"answers at that command and in the read-out after it are the other wheel's."),
-                            commands)
+    recording = recorded(Header(f"specs.{name}", "timer", shape.params, "kpurgatory.model",
+                                f"the wheels part at command {len(divergence.commands)}: "
+                                f"{'; '.join(divergence.problems)}. The recording is model/'s; the system's "
+                                f"answers at that command and in the read-out after it are the other wheel's."),
+                         commands)
     w = wheels_after(shape, divergence.commands[:-1], arithmetic)
     other = "KafkaWheel" if all("KafkaWheel" in problem for problem in divergence.problems) else "arithmetic"
     k_before, a_before = len(w.kafka.ran) if w.kafka is not None else 0, len(w.arithmetic.ran)

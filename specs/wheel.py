@@ -25,11 +25,11 @@ from typing import Callable
 import attrs
 import z3
 
-from kpurgatory.conformance.traces.codec import Header, model_trace
+from kpurgatory.conformance.traces.codec import Header
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs.core import (BOUND, NOT_INDUCTIVE, PROVED, REFUTED, Lemma, Outcome, find, fresh_z3_context,
-                                   induction_counterexample, minimise, model_step, obligation, prove, smallest, solver,
-                                   undecided, verdict, with_lemmas)
+                                   induction_counterexample, minimise, model_step, obligation, prove, recorded,
+                                   smallest, solver, undecided, verdict, with_lemmas)
 from kpurgatory.specs.javalong import (BV, EXACT, INT_MAX, JINT, LONG_MAX, LONG_MIN, OPERATORS, PY, Backend,
                                        BVBackend, FloorRemainderBackend, JIntBackend, Long, PyBackend, SignedModuloBVBackend,
                                        definition_query, multiple_lemma, no_overflow_add, no_overflow_mul)
@@ -1107,7 +1107,7 @@ def kafka_outcome(tick: int, size: int, start: int, delay: int, advance_to: int,
 
 
 def timer_trace(trace_id: str, params: v.Params, commands: list[v.Command], description: str):
-    return model_trace(Header(trace_id, "timer", params, "kpurgatory.model", description), commands)
+    return recorded(Header(trace_id, "timer", params, "kpurgatory.model", description), commands)
 
 
 @obligation("wheel.kafka.expiration_wraps", kind="finding", expect=REFUTED,

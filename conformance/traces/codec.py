@@ -35,7 +35,7 @@ import importlib.resources
 import json
 import re
 from pathlib import Path
-from typing import Iterable, Iterator
+from typing import Callable, Iterable, Iterator
 
 import attrs
 import fastjsonschema
@@ -673,13 +673,17 @@ def read_traces(path: str | Path) -> list[Trace]:
 # ---------------------------------------------------------------------------------------------------------------
 
 
-def model_trace(header: Header, commands: Iterable[v.Command]) -> Trace:
-    """The trace the model produces for ``commands``: a test vector any implementation can be replayed against."""
+def model_trace(header: Header, commands: Iterable[v.Command],
+                step: Callable[[Model, v.Command, tuple[v.Command, ...]], v.Observation] | None = None) -> Trace:
+    """The trace the model produces for ``commands``: a test vector any implementation can be replayed against.
+    ``step(model, command, commands before it)`` takes each step (by default ``model.step(command)``; the proofs
+    pass one under a time limit)."""
     model = Model(header.profile, header.params, header.declarations.release)
-    steps = []
+    commands, steps = tuple(commands), []
     for seq, command in enumerate(commands, start=1):
         try:
-            steps.append(Step(seq, command, model.step(command)))
+            observation = model.step(command) if step is None else step(model, command, commands[:seq - 1])
+            steps.append(Step(seq, command, observation))
         except CommandError as error:
             raise TraceFormatError(f"command {seq} ({command.name}): {error}", header.trace_id) from None
     return Trace(header, steps)

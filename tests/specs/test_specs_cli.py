@@ -226,13 +226,16 @@ def test_list_prints_the_bounds_of_every_obligation():
     assert by_name["purgatory.exactly_once"]["bounded"].startswith("3 ops; 2 keys")
     assert by_name["interleaving.no_lost_wakeup"]["unbounded"] == "-"
     assert "2 threads; 2 calls; 1 key" in by_name["interleaving.no_lost_wakeup"]["bounded"]
-    # what ties each family's encoding to model/: the bounded refinement, model/ itself, or nothing
+    # what ties each family's encoding to model/: the refinements, model/ itself, or nothing
     trusted = {row["name"]: row["trusted"] for row in listed}
-    assert "refinement.purgatory ties the two, within its bound only" in trusted["purgatory.exactly_once"]
-    assert "refinement.wheel ties the two" in trusted["wheel.levels.not_early"] == trusted["mutant.wheel.bucket_rounded_up"]
+    assert "refinement.purgatory.inductive ties the two one step at a time" in trusted["purgatory.exactly_once"]
+    assert "refinement.wheel.lifted ties each level's decisions" in trusted["wheel.levels.not_early"] \
+        == trusted["mutant.wheel.bucket_rounded_up"]
     assert trusted["refinement.purgatory"].startswith("nothing but Python: model/ itself is run")
     assert "nothing ties it to model/" in trusted["interleaving.no_lost_wakeup"]
-    assert "the induction over an infinite run is not" in trusted["purgatory.liveness.fair"]
+    assert "fairness read as a count" in trusted["purgatory.liveness.fair"]
+    assert "the timer as a deadline per op" in trusted["refinement.purgatory.inductive"]
+    assert by_name["refinement.purgatory.inductive"]["unbounded"].endswith("run length (induction)")
 
 
 def test_a_declared_bound_replaces_the_one_read_from_the_domain(toy):

@@ -139,6 +139,8 @@ EXPECTED = {
     "interleaving.teeth.two_purges.blocked": REFUTED,
     "refinement.purgatory": BOUND,
     "refinement.wheel": BOUND,
+    "refinement.purgatory.inductive": PROVED,
+    "refinement.wheel.lifted": PROVED,
 }
 
 

@@ -99,3 +99,17 @@ def test_a_model_that_hangs_or_raises_refutes_the_obligation_with_its_run(regist
         assert report.exit_code == 3 and report.model_broke_at == last.seq
         assert [outcome.seq for outcome in report.outcomes] == [step.seq for step in answered]
         assert f"step {last.seq}: the reference model {failure}" in report.error
+
+
+@pytest.mark.slow
+def test_a_counterexample_trace_on_which_the_model_hangs_ends_its_obligation(registry):
+    """A refutation's trace is recorded by model/ too: when model/ hangs on the counterexample's own commands, the
+    obligation is refuted by that run within the time limit, never left waiting."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(TimingWheel, "advance_clock", advance_that_never_ends)
+        patch.setattr(core, "MODEL_STEP_S", 0.2)
+        outcome = core.run_one(registry["wheel.timing.not_late"])
+        mutant = outcome.mutant
+        assert mutant.status == REFUTED and mutant.method.startswith("model/ under a 0.2 s limit per step"), mutant.detail
+        assert mutant.witness["failure"] == "hung: no answer within 0.2 s"
+        assert mutant.traces["counterexample"].steps[-1].observation == v.Observation()
