@@ -53,3 +53,24 @@ def test_stop_tree_kills_descendants_that_left_the_process_group():
     stop_tree(parent)
     assert parent.returncode is not None
     assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+#: Spark's scheduler as it logs the executors it loses: an exit with code 0 is the executor stopping with its
+#: application (heard before the scheduler itself stopped), anything else is a loss the user must see
+LOSSES = """
+from kpurgatory.conformance.spark.session import get_session
+session = get_session("local[1]")
+scheduler = session.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger(
+    "org.apache.spark.scheduler.TaskSchedulerImpl")
+scheduler.error("Lost executor 0 on 10.47.0.2: Command exited with code 0")
+scheduler.error("Lost an executor 2 (already removed): Command exited with code 0")
+scheduler.error("Lost executor 1 on 10.47.0.3: Command exited with code 137")
+session.stop()
+"""
+
+
+def test_an_executor_stopped_with_its_application_is_not_logged_as_an_error(java):
+    run = subprocess.run([sys.executable, "-c", LOSSES], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "Lost executor 1 on 10.47.0.3: Command exited with code 137" in run.stderr
+    assert "code 0" not in run.stderr, run.stderr
