@@ -172,7 +172,10 @@ class Paths:
         self.solver.add(*self.assumptions)
 
     def explore(self, run: Callable[[], T]) -> Iterator[Path]:
-        """Run ``run`` once per feasible path, yielding each path as it completes."""
+        """Run ``run`` once per feasible path, yielding each path as it completes. Assumptions without a model
+        would make every path vacuous, so they stop the exploration instead."""
+        if self.solver.check() != z3.sat:
+            raise Unliftable(f"the assumptions have no model (z3: {self.solver.check()}): nothing would be explored")
         self.pending, explored = [[]], 0
         while self.pending:
             prefix = self.pending.pop()

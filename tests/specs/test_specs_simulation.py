@@ -42,6 +42,12 @@ def test_a_branch_the_assumptions_rule_out_is_not_taken():
     assert [result for result, _ in explored(sign, x > 7)] == ["positive"]
 
 
+def test_assumptions_without_a_model_are_refused_not_explored_vacuously():
+    x = z3.Int("x")
+    with pytest.raises(Unliftable, match="the assumptions have no model"):
+        explored(sign, x > 1, x < 0)
+
+
 def test_code_that_needs_a_concrete_value_cannot_be_lifted():
     with pytest.raises(Unliftable, match="indexes by the integer x"):
         explored(lambda x: ["a", "b"][x])
