@@ -20,6 +20,9 @@ specs/obligations.md collects the statements, ``kpurgatory prove --markdown`` re
                    cleanup (check, purge, map) by one inductive invariant; the purge rule, the memory held by stale
                    entries (bound without cancellation, finding with it, the true bound), the >= purge mutant, and
                    the cross-check against model/
+  uniform.py       purgatory.step for any number of ops and keys: its loops run once on a symbolic op and key over
+                   arrays, sums over the keys by lemmas proved by induction; the projection onto one op and one key
+                   proved to commute with a step, for every N and K
   interleaving.py  tryCompleteElseWatch, checkAndComplete, the purge, cancelForKey and forceComplete cut into
                    atomic steps at Kafka's locking (op lock, shard lock) and interleaved: why Kafka tries twice and
                    cancels after the timer add; a watch racing a purge, cancelForKey or another watch loses no op;

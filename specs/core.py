@@ -213,6 +213,9 @@ TRUSTED = (
                                 "fairness read as a count: infinitely many advances that move the clock exceed any "
                                 "op's delay (the bounded response, 'fewer than delay advances while live', is "
                                 "proved)"),
+    ("purgatory.projection", "purgatory.step's loops read as one body per op and per key, the only values carried "
+                             "between ops declared (checked against the loops at 3 ops x 3 keys); and, like every "
+                             "purgatory.* obligation, purgatory.step for model/'s purgatory"),
     ("purgatory.", "purgatory.step for model/'s purgatory: refinement.purgatory.inductive ties the two one step at a "
                    "time from any invariant state (structures within its bound), refinement.purgatory on bounded "
                    "runs"),
@@ -260,7 +263,7 @@ def load_all() -> dict[str, Obligation]:
 
 
 MODULE_ORDER = ("kpurgatory.specs.wheel", "kpurgatory.specs.wheel_levels", "kpurgatory.specs.purgatory",
-                "kpurgatory.specs.interleaving",
+                "kpurgatory.specs.uniform", "kpurgatory.specs.interleaving",
                 "kpurgatory.specs.refinement", "kpurgatory.specs.simulation")
 
 

@@ -44,7 +44,7 @@ from kpurgatory.conformance.traces.codec import Header, Trace
 from kpurgatory.model import Model
 from kpurgatory.model import vocabulary as v
 from kpurgatory.specs import core, teeth
-from kpurgatory.specs.core import BOUND, NOT_INDUCTIVE, PROVED, REFUTED, Outcome, obligation, solver, undecided
+from kpurgatory.specs.core import BOUND, NOT_INDUCTIVE, PROVED, REFUTED, Bound, Outcome, obligation, solver, undecided
 
 OPS, KEYS = 3, 2
 
@@ -59,6 +59,9 @@ class Shape:
     tick: int = 1
     #: the last key stands for every other key, however many (purgatory.any_number_of_ops_and_keys)
     rest: bool = False
+    #: a uniform run (specs/uniform.py): every loop over the ops or keys runs its body once, on a symbolic op and
+    #: key standing for each of any number of them
+    uniform: object = None
 
     @property
     def op_names(self) -> tuple[str, ...]:
@@ -82,6 +85,29 @@ def bounded(ops: int, keys: int, tick: int = 1, rest: bool = False):
         yield
     finally:
         SHAPE.ops, SHAPE.keys, SHAPE.tick, SHAPE.rest = saved.ops, saved.keys, saved.tick, saved.rest
+
+
+def op_indices():
+    """The ops a transition's loop visits: all of them, or in a uniform run one symbolic op standing for each."""
+    return (SHAPE.uniform.op,) if SHAPE.uniform else range(SHAPE.ops)
+
+
+def key_indices():
+    """The keys a transition's loop visits: all of them, or in a uniform run one symbolic key standing for each."""
+    return (SHAPE.uniform.key,) if SHAPE.uniform else range(SHAPE.keys)
+
+
+def key_sum(term, keys=None):
+    """The sum of ``term(k)`` over ``keys`` (all keys by default); in a uniform run, over any number of keys."""
+    if SHAPE.uniform:
+        return SHAPE.uniform.key_sum(term)
+    return Sum(term(k) for k in (range(SHAPE.keys) if keys is None else keys))
+
+
+def carried(value):
+    """A value a loop carries from one op's iteration to the next: in a uniform run, where the body runs once for
+    any op, whatever the ops before it left (unknown)."""
+    return SHAPE.uniform.unknown(value) if SHAPE.uniform else value
 
 
 def tracked_keys() -> range:
@@ -296,22 +322,22 @@ def complete(n: dict, o: int, when, via: int) -> None:
 
 
 def listed(s: dict, o: int):
-    return Sum(s[("cnt", k, o)] for k in range(SHAPE.keys)) > 0
+    return key_sum(lambda k: s[("cnt", k, o)]) > 0
 
 
 def visited(s: dict, c: Cmd, o: int):
     """How many of op o's entries a check or cancelForKey of ``c.key`` visits: all of that key's; for the key that
     stands for every other key, those of the one among them that the command names (``c.part``)."""
-    m = Sum(If(Eq(c.key, k), s[("cnt", k, o)], 0) for k in tracked_keys())
+    m = key_sum(lambda k: If(Eq(c.key, k), s[("cnt", k, o)], 0), tracked_keys())
     return m + If(Eq(c.key, SHAPE.keys - 1), c.part[o], 0) if SHAPE.rest else m
 
 
 def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
     """tryCompleteElseWatch(op, keys): try; else append to every key (unless completed), estimated += 1, try again
     (unless mutant no_second_try); else if still not completed, add to the timer at now + delay."""
-    n = dict(s)
+    n = s.copy()
     result, via = False, []
-    for o in range(SHAPE.ops):
+    for o in op_indices():
         sel = Eq(c.op, o)
         created = s[("created", o)]
         n[("created", o)] = Or(created, sel)
@@ -322,11 +348,11 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
         win1 = And(sel, condition(n, o, tries1), Not(done_before))
         phase = And(sel, Not(win1))
         append = phase if "watches_completed" in mutants else And(phase, Not(done_before))
-        for k in range(SHAPE.keys):
+        for k in key_indices():
             n[("cnt", k, o)] = s[("cnt", k, o)] + If(append, c.mult[k], 0)
             n[("watched_on", k, o)] = Or(s[("watched_on", k, o)], And(append, c.mult[k] > 0))
             n[("present", k)] = Or(n[("present", k)], And(append, c.mult[k] > 0))
-        n[("w_ctr",)] = n[("w_ctr",)] + If(append, Sum(c.mult), 0)
+        n[("w_ctr",)] = n[("w_ctr",)] + If(append, key_sum(lambda k: c.mult[k]), 0)
         n[("est",)] = n[("est",)] + I(phase)
         n[("calls", o)] = s[("calls", o)] + I(phase)
         if "no_second_try" in mutants:
@@ -354,8 +380,8 @@ def t_watch(s: dict, c: Cmd, mutants: frozenset) -> tuple[dict, Obs]:
 
 
 def t_set_ready(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
-    n = dict(s)
-    for o in range(SHAPE.ops):
+    n = s.copy()
+    for o in op_indices():
         n[("ready", o)] = Or(s[("ready", o)], Eq(c.op, o))
     return n, no_obs()
 
@@ -363,9 +389,9 @@ def t_set_ready(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
 def t_check(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     """checkAndComplete(key): walk the key's entries; an op already completed loses them all; an op not completed
     is tried once per entry until one try completes it (that entry and the later ones go, the earlier ones stay)."""
-    n = dict(s)
-    result, via, won_before = 0, [], False
-    for o in range(SHAPE.ops):
+    n = s.copy()
+    result, via, won_before = 0, [], carried(False)
+    for o in op_indices():
         m = visited(s, c, o)
         done_before = s[("completed", o)]
         tc, ro = s[("tc", o)], s[("ro", o)]
@@ -385,7 +411,7 @@ def t_check(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
         if "check_rearms_timer" in mutants:
             rearm = And(active, Not(wins), s[("in_timer", o)])
             n[("exp", o)] = If(rearm, s[("now",)] + s[("delay", o)], s[("exp", o)])
-        for k in range(SHAPE.keys):
+        for k in key_indices():
             n[("cnt", k, o)] = If(Eq(c.key, k), s[("cnt", k, o)] - (m - left), s[("cnt", k, o)])
         n[("w_ctr",)] = n[("w_ctr",)] - (m - left)
         complete(n, o, wins, VIA_CHECK)
@@ -393,35 +419,35 @@ def t_check(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
         won_before = Or(won_before, wins)
         via.append(If(wins, VIA_CHECK, NONE))
     if "keeps_emptied_list" not in mutants:
-        for k in range(SHAPE.keys):  # an emptied list leaves the map
+        for k in key_indices():  # an emptied list leaves the map
             n[("present", k)] = And(s[("present", k)], Or(Not(Eq(c.key, k)), entries_on(n, k) > 0))
     return n, Obs(result, tuple(via), (False,) * SHAPE.ops, False, 0, (0,) * SHAPE.ops)
 
 
 def t_cancel_key(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     """cancelForKey(key): remove the key's list; cancel the timer entry of every op on it (completing nothing)."""
-    n = dict(s)
+    n = s.copy()
     removed = []
-    for o in range(SHAPE.ops):
+    for o in op_indices():
         m = visited(s, c, o)
         was = And(m > 0, s[("in_timer", o)])
         n[("in_timer", o)] = And(s[("in_timer", o)], Not(was))
         n[("nd_ctr",)] = n[("nd_ctr",)] - I(was)
         n[("dropped", o)] = Or(s[("dropped", o)], And(was, Not(s[("completed", o)])))
-        for k in range(SHAPE.keys):
+        for k in key_indices():
             n[("cnt", k, o)] = If(Eq(c.key, k), s[("cnt", k, o)] - m, s[("cnt", k, o)])
             n[("watched_on", k, o)] = And(s[("watched_on", k, o)], Not(Eq(c.key, k)))
         n[("w_ctr",)] = n[("w_ctr",)] - m
         removed.append(m)
-    for k in range(SHAPE.keys):
+    for k in key_indices():
         n[("present", k)] = And(s[("present", k)], Not(Eq(c.key, k)))
     return n, Obs(Sum(removed), (NONE,) * SHAPE.ops, (False,) * SHAPE.ops, False, 0, tuple(removed))
 
 
 def t_force(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
-    n = dict(s)
+    n = s.copy()
     result, via = False, []
-    for o in range(SHAPE.ops):
+    for o in op_indices():
         win = Eq(c.op, o) if "force_without_cas" in mutants else And(Eq(c.op, o), Not(s[("completed", o)]))
         timed = n[("in_timer", o)]
         complete(n, o, win, NONE if "force_without_route" in mutants else VIA_FORCE)
@@ -433,9 +459,9 @@ def t_force(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
 
 
 def t_try(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
-    n = dict(s)
+    n = s.copy()
     result, via = False, []
-    for o in range(SHAPE.ops):
+    for o in op_indices():
         sel = Eq(c.op, o)
         tries = s[("tc", o)] + 1
         n[("tc", o)] = If(sel, tries, s[("tc", o)])
@@ -449,8 +475,8 @@ def t_try(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
 
 
 def t_cancel(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
-    n = dict(s)
-    for o in range(SHAPE.ops):
+    n = s.copy()
+    for o in op_indices():
         was = And(Eq(c.op, o), s[("in_timer", o)])
         n[("in_timer", o)] = And(s[("in_timer", o)], Not(was))
         n[("nd_ctr",)] = n[("nd_ctr",)] - (0 if "cancel_keeps_counter" in mutants else I(was))
@@ -466,13 +492,13 @@ def purge_due(est, delayed, interval, mutants):
 def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
     """The reaper: run every op whose deadline is <= to (complete by expiry, then onExpiration), then the purge
     check: if estimated - numDelayed > purgeInterval, reset the estimate and drop completed entries everywhere."""
-    n = dict(s)
+    n = s.copy()
     via, expired = [], []
     deadline_reached = {"expire_early": lambda exp: tick_start(exp) <= c.to + 1,
                         "expire_late": lambda exp: tick_start(exp) < c.to}
     reached = next((deadline_reached[m] for m in mutants if m in deadline_reached),
                    lambda exp: tick_start(exp) <= c.to)
-    for o in range(SHAPE.ops):
+    for o in op_indices():
         fire = And(s[("in_timer", o)], reached(s[("exp", o)]), Not(s[("completed", o)]))
         if "expire_without_complete" in mutants:
             n[("in_timer", o)] = And(n[("in_timer", o)], Not(fire))
@@ -485,24 +511,24 @@ def t_advance(s: dict, c: Cmd, mutants) -> tuple[dict, Obs]:
         via.append(If(fire, VIA_EXPIRE, NONE))
         expired.append(fire)
     n[("now",)] = c.to
-    delayed = Sum(I(n[("in_timer", o)]) for o in range(SHAPE.ops))
-    tested = Sum(I(s[("in_timer", o)]) for o in range(SHAPE.ops)) if "purge_before_expiries" in mutants else delayed
+    delayed = Sum(I(n[("in_timer", o)]) for o in op_indices())
+    tested = Sum(I(s[("in_timer", o)]) for o in op_indices()) if "purge_before_expiries" in mutants else delayed
     fires = c.purge if OTHERS_ABSTRACTED in mutants else purge_due(n[("est",)], tested, s[("P",)], mutants)
     n[("est",)] = If(fires, 0 if "purge_zeroes_estimate" in mutants else delayed, n[("est",)])
     n[("at_purge",)] = If(fires, delayed, s[("at_purge",)])
     purged = 0
-    for o in range(SHAPE.ops):
+    for o in op_indices():
         n[("calls", o)] = If(fires, 0, s[("calls", o)])
         n[("entry_old", o)] = If(fires, n[("in_timer", o)], s[("entry_old", o)])
         n[("entry_new", o)] = And(s[("entry_new", o)], Not(fires))
-        for k in range(SHAPE.keys):
+        for k in key_indices():
             gone = If(And(fires, n[("completed", o)], "purge_keeps_completed" not in mutants), n[("cnt", k, o)], 0)
             n[("cnt", k, o)] = n[("cnt", k, o)] - gone
             purged = purged + gone
         n[("uncounted", o)] = If(fires, And(listed(n, o), Not(n[("completed", o)]), Not(n[("in_timer", o)])),
                                  s[("uncounted", o)])
     n[("w_ctr",)] = n[("w_ctr",)] - (0 if "purge_keeps_entry_counter" in mutants else purged)
-    for k in range(SHAPE.keys):  # an emptied list leaves the map
+    for k in key_indices():  # an emptied list leaves the map
         n[("present", k)] = And(n[("present", k)], Or(Not(fires), entries_on(n, k) > 0))
     return n, Obs(0, tuple(via), tuple(expired), fires, purged, (0,) * SHAPE.ops)
 
@@ -533,7 +559,7 @@ def step(s: dict, c: Cmd, mutants: frozenset = frozenset(), kinds: Iterable[int]
 def entries_pending(n: dict, obs: Obs) -> tuple[dict, Obs]:
     """Ghost state of the purge rule's specification: a timer entry that left the timer (by completion, expiry or
     cancellation) is no longer pending, whichever purge epoch it belongs to."""
-    for o in range(SHAPE.ops):
+    for o in op_indices():
         for name in ("entry_new", "entry_old"):
             n[(name, o)] = And(n[(name, o)], n[("in_timer", o)])
     return n, obs
@@ -560,7 +586,7 @@ def cmd_domain(s: dict, c: Cmd, kinds: Iterable[int], max_delay: int | None = No
 
 
 def entries_on(s: dict, k: int):
-    return Sum(s[("cnt", k, o)] for o in range(SHAPE.ops))
+    return Sum(s[("cnt", k, o)] for o in op_indices())
 
 
 def stale_ops(s: dict):
@@ -1267,7 +1293,9 @@ def per_op_invariant(s: dict) -> object:
             domain="any number of operations and keys: one tracked op and one tracked key; the other ops abstracted "
                    "(any purge decision at any advance), the other keys as one (a check or cancelForKey of one of "
                    "them visits any number of the op's entries there); any key multiplicities, all 8 commands, any "
-                   "delays; induction. Any number holds as far as purgatory.projection does (checked at 3 x 3)")
+                   "delays; induction. Every bigger purgatory projects onto this system by purgatory.projection",
+            bound=Bound("induction", "any number of ops and keys, through one tracked op and key (purgatory.projection); "
+                        "any key multiplicities; all 8 commands; any delays; run length (induction)", "-"))
 def any_number_of_ops_and_keys(mutated: bool = False) -> Outcome:
     """The per-operation properties hold for any number of operations and keys. Every transition treats each op
     on its own — a watch, try, force or cancel touches only its op; a check or cancelForKey walks one key's entries
@@ -1304,99 +1332,6 @@ def one_op_one_key(mutant: str | None) -> Outcome:
             return Outcome(REFUTED, "BMC d=4 (1 op, 1 key + the rest, purge free)", f"after {depth} commands: "
                            f"{describe_run(run)}")
         return Outcome(status, "induction + BMC d=4", f"{part} fails; no violation within 4 commands")
-
-
-PROJECTION_SHAPE = (3, 3)
-#: the kinds that name an op: their step leaves every other op's projection as it was
-OP_KINDS = (WATCH, SET_READY, FORCE, TRY, CANCEL)
-
-
-def projected_keys() -> list[tuple]:
-    """The abstract (1 op, 1 key + the rest) state's fields that a projection determines: the clock, the purge
-    interval, every field of the op, its entries on the tracked key and on the rest, and whether it is watched on
-    the tracked key. The rest are the other ops' business (estimate, counters, the watchers map, the rest's
-    watched_on); no transition reads them to decide anything about the op, which the obligation checks by leaving
-    them free."""
-    return [("now",), ("P",), *[(name, 0) for name in BOOL_OP + INT_OP], ("cnt", 0, 0), ("cnt", 1, 0),
-            ("watched_on", 0, 0)]
-
-
-def projection(s: dict, o: int, k: int) -> dict:
-    """The concrete state seen by op o and key k: the abstract state's projected fields."""
-    rest = [j for j in range(PROJECTION_SHAPE[1]) if j != k]
-    view = {("now",): s[("now",)], ("P",): s[("P",)], ("cnt", 0, 0): s[("cnt", k, o)],
-            ("cnt", 1, 0): Sum(s[("cnt", j, o)] for j in rest), ("watched_on", 0, 0): s[("watched_on", k, o)]}
-    view.update({(name, 0): s[(name, o)] for name in BOOL_OP + INT_OP})
-    return view
-
-
-def projected_cmd(s: dict, c: Cmd, o: int, k: int) -> Cmd:
-    """The command as op o and key k see it: a check or cancelForKey of another key is one of the rest, visiting
-    the op's entries there; a watch lists the op on k and on the rest."""
-    rest = [j for j in range(PROJECTION_SHAPE[1]) if j != k]
-    part = Sum(If(Eq(c.key, j), s[("cnt", j, o)], 0) for j in rest)
-    return Cmd(c.kind, 0, If(Eq(c.key, k), 0, 1), (c.mult[k], Sum(c.mult[j] for j in rest)), c.delay, c.ready_on,
-               c.to, c.purge, (If(Eq(c.key, k), 0, part),))
-
-
-def projection_commutes(mutants: frozenset, o: int, k: int) -> tuple[str, str]:
-    """Does projecting onto op o and key k commute with step (a command naming another op stutters)? The status,
-    and for a counterexample the command and the fields where the two sides differ."""
-    ops, keys = PROJECTION_SHAPE
-    with bounded(ops, keys):
-        s, c = symbolic_state("s"), symbolic_cmd("c")
-        n, _ = step(s, c, mutants)
-        # facts of every reachable state (auxiliary.entries_nonneg, purgatory.purge.threshold's registrations)
-        concrete = [cmd_domain(s, c, ALL_KINDS), *[s[("cnt", j, p)] >= 0 for j in range(keys) for p in range(ops)],
-                    *[Implies(Or(s[("entry_new", p)], s[("entry_old", p)]), s[("in_timer", p)]) for p in range(ops)]]
-        before, after, ac = projection(s, o, k), projection(n, o, k), projected_cmd(s, c, o, k)
-    with bounded(1, 2, rest=True):
-        free = symbolic_state("abstract")
-        a = {**free, **before}
-        an, _ = step(a, ac, mutants)
-        stutter = And(Or(*[c.kind == kind for kind in OP_KINDS]), Not(Eq(c.op, o)))
-        goal = If(stutter, And(*[Eq(after[key], before[key]) for key in projected_keys()]),
-                  And(cmd_domain(a, ac, ALL_KINDS), *[Eq(after[key], an[key]) for key in projected_keys()]))
-    answer = core.prove(concrete, goal)
-    if answer.status != REFUTED:
-        return answer.status, ""
-    value = functools.partial(_value, answer.model)
-    kind = KIND_NAMES[value(c.kind)]
-    differ = [f"{'.'.join(map(str, key))}: {value(after[key])} (small system: {value(an[key])})"
-              for key in projected_keys() if value(after[key]) != value(an[key])]
-    names = Shape(*PROJECTION_SHAPE)
-    target = f"key=k{value(c.key)}" if kind in ("check", "cancel_key") else f"op={names.op_names[value(c.op)]}"
-    return REFUTED, f"{kind}({target}): " + ", ".join(differ or ["the small system's command is not well formed"])
-
-
-@obligation("purgatory.projection", cost=3, mutant=MUTANTS["check_wins_one"],
-            domain=f"{PROJECTION_SHAPE[0]} ops x {PROJECTION_SHAPE[1]} keys, every op and every key as the tracked "
-                   "one, any state with non-negative entry counts whose purge ghost entries are in the timer, all 8 "
-                   "commands, the purge decision free; for every "
-                   "number of ops and keys by the uniformity of step (written as one loop body per op and per key), "
-                   "which z3 does not check")
-def projection_obligation(mutated: bool = False) -> Outcome:
-    """The projection argument behind purgatory.any_number_of_ops_and_keys: the transition of op o on key k depends
-    on the other ops and keys only through the purge decision. Project a state of the purgatory with 3 ops and 3
-    keys onto one op and one key, lumping the other keys into one (the op's entries there summed): for every state
-    and every well-formed command, the projection of the next state is the next state of the one-op, one-key-plus-
-    the-rest system from the projection, under the projected command (a check or cancelForKey of another key visits
-    the op's entries on that key; a watch lists the op on the tracked key and on the rest), with the same purge
-    decision, whatever that system's other fields are; and a command naming another op leaves the projection as it
-    was. So every run of any purgatory projects to a run of the small system (with stutters), where
-    purgatory.any_number_of_ops_and_keys proves the per-op properties, stated by the same per-op, per-key clauses.
-    Checked for every op and key of the 3 x 3 purgatory as the tracked one; the step is one loop body per op and
-    per key, so more ops or keys add copies of the same terms (an argument about the code, not checked by z3)."""
-    mutants = frozenset({OTHERS_ABSTRACTED, *(["check_wins_one"] if mutated else [])})
-    for o in range(PROJECTION_SHAPE[0]):
-        for k in range(PROJECTION_SHAPE[1]):
-            status, step_seen = projection_commutes(mutants, o, k)
-            if status == REFUTED:
-                return Outcome(REFUTED, "validity of the commuting square", f"projected onto op "
-                               f"{Shape(*PROJECTION_SHAPE).op_names[o]} and key k{k}, {step_seen}")
-            if status != PROVED:
-                return Outcome(status, "validity of the commuting square", f"op {o}, key {k}")
-    return Outcome(PROVED, "validity of the commuting square", f"every op and key of {PROJECTION_SHAPE}")
 
 
 @obligation("purgatory.counting_at_scale", cost=40, mutant=MUTANTS["cancel_keeps_counter"],

@@ -249,14 +249,6 @@ def test_fair_liveness_catches_a_starving_check_that_one_step_liveness_misses():
     assert purgatory.bmc_and_induction("liveness", "check_rearms_timer").status == PROVED
 
 
-def test_the_projection_commutes_and_catches_a_check_that_couples_ops():
-    assert purgatory.projection_obligation().status == PROVED
-    outcome = purgatory.projection_obligation(mutated=True)
-    assert outcome.status == REFUTED and "check(key=" in outcome.detail
-    # the coupling is invisible to the one-op abstraction itself: only the projection shows it
-    assert purgatory.one_op_one_key("check_wins_one").status == PROVED
-
-
 def shared_invariant_report(names):
     """Run purgatory.invariant and then the obligations ``names`` the way `prove` does (the premise first, its
     outcome handed to the dependants), with the cached induction results cleared before and after; returns the
