@@ -308,12 +308,20 @@ def well_formed(u: Uniform, s: Arrays, c: Cmd, o, k) -> list:
             *excluding(lambda j: c.mult[j], k), *excluding(entries, k, c.key)]
 
 
+#: how many times a counterexample's sum is unfolded (the model evaluates TOTAL one key at a time)
+UNFOLDINGS = 64
+
+
 def _shown(model: z3.ModelRef, term):
-    """A term's value in a counterexample; a sum z3's model leaves unevaluated is shown as '?'."""
-    value = z3.simplify(model.eval(term, model_completion=True))
-    if z3.is_int_value(value):
-        return value.as_long()
-    return bool(z3.is_true(value)) if z3.is_true(value) or z3.is_false(value) else "?"
+    """A term's value in a counterexample ('?' for a sum over more keys than UNFOLDINGS)."""
+    value = term
+    for _ in range(UNFOLDINGS):
+        value = z3.simplify(model.eval(value, model_completion=True))
+        if z3.is_int_value(value):
+            return value.as_long()
+        if z3.is_true(value) or z3.is_false(value):
+            return z3.is_true(value)
+    return "?"
 
 
 def commutes(kind: int, mutants: frozenset) -> tuple[str, str]:
