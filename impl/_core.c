@@ -1045,6 +1045,30 @@ static int overrides(PyObject *op, PyObject *name, PyObject *ours)
     return _PyType_Lookup(Py_TYPE(op), name) != ours;
 }
 
+/* While a controlled scheduler supplies impl's locks (kpurgatory.impl.sync), what makes an op's lock when the op is
+ * given none: sync's factory of reentrant locks, called with the role "op"; NULL otherwise (the op gets an OpLock). */
+static PyObject *op_lock_factory = NULL;
+
+static PyObject *core_set_op_lock_factory(PyObject *module, PyObject *factory)
+{
+    if (factory != Py_None && !PyCallable_Check(factory)) {
+        PyErr_SetString(PyExc_TypeError, "set_op_lock_factory takes a callable or None");
+        return NULL;
+    }
+    Py_XSETREF(op_lock_factory, factory == Py_None ? NULL : Py_NewRef(factory));
+    Py_RETURN_NONE;
+}
+
+static PyObject *make_op_lock(void)
+{
+    if (op_lock_factory == NULL) return PyType_GenericNew(&OpLockType, NULL, NULL);
+    PyObject *role = PyUnicode_FromString("op");
+    if (role == NULL) return NULL;
+    PyObject *made = PyObject_CallOneArg(op_lock_factory, role);
+    Py_DECREF(role);
+    return made;
+}
+
 static int operation_init(Operation *self, PyObject *args, PyObject *kwds)
 {
     PyObject *delay, *lock = Py_None;
@@ -1056,7 +1080,7 @@ static int operation_init(Operation *self, PyObject *args, PyObject *kwds)
     }
     if (set_delay(&self->task, delay) < 0) return -1;
     self->completed = 0;
-    PyObject *chosen = lock != Py_None ? Py_NewRef(lock) : PyType_GenericNew(&OpLockType, NULL, NULL);
+    PyObject *chosen = lock != Py_None ? Py_NewRef(lock) : make_op_lock();
     if (chosen == NULL) return -1;
     Py_XSETREF(self->lock, chosen);
     return 0;
@@ -1831,10 +1855,16 @@ static PyTypeObject PurgatoryType = {
 /* Module                                                                                                         */
 /* ------------------------------------------------------------------------------------------------------------ */
 
+static PyMethodDef module_methods[] = {
+    {"set_op_lock_factory", core_set_op_lock_factory, METH_O,
+     "What makes the lock of an op given none (None: an OpLock); kpurgatory.impl.sync sets it for a controller."},
+    {NULL, NULL, 0, NULL},
+};
+
 static struct PyModuleDef core_module = {
     PyModuleDef_HEAD_INIT, "kpurgatory.impl._core",
     "The compiled core of kpurgatory.impl: timer tasks, buckets, wheels, delay queue (see kpurgatory.impl.compiled).",
-    -1, NULL,
+    -1, module_methods,
 };
 
 PyMODINIT_FUNC PyInit__core(void)

@@ -23,7 +23,7 @@ import threading
 import time
 from typing import Callable
 
-from kpurgatory.impl import _core
+from kpurgatory.impl import _core, sync
 from kpurgatory.impl import purgatory as python_purgatory
 from kpurgatory.impl.timer import TimerBase, report_unreported
 
@@ -102,6 +102,9 @@ class SystemTimer(TimerBase, _core.TimerCore):
 
 
 DelayedOperation = _core.DelayedOperation
+# while a controlled scheduler supplies impl's locks, an op given no lock takes one of them instead of its own OpLock
+sync.follow(lambda primitives: _core.set_op_lock_factory(None if primitives is sync.THREADING
+                                                         else primitives.reentrant_lock))
 
 
 class DelayedOperationPurgatory(_core.PurgatoryCore, python_purgatory.DelayedOperationPurgatory):

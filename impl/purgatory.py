@@ -19,7 +19,9 @@ suite drives; ``advance_to(ms)`` moves its clock.
 
 Locks, as in Kafka (ordering: op lock, then a shard lock, then the timer lock; never the reverse)
 -----------------------------------------------------------------------------------------------------
-* Each op has a lock (a fresh ``threading.RLock``, or one the caller supplies, e.g. a group lock shared by several
+Every lock comes from `kpurgatory.impl.sync`, named by its role, so a controlled scheduler can take them over.
+
+* Each op has a lock (a fresh reentrant lock, or one the caller supplies, e.g. a group lock shared by several
   ops). Every ``try_complete`` the purgatory makes runs under it, so one op's condition is never evaluated twice at
   once, and the watch-then-try-again of ``safe_try_complete_or_else`` cannot lose a wakeup: a check that runs after the
   op is on a list must wait for the lock, and then finds the op.
@@ -62,6 +64,7 @@ import logging
 import threading
 from typing import Callable, Hashable, Iterable
 
+from kpurgatory.impl import sync
 from kpurgatory.impl.timer import (
     ErrorHook, Reaper, SystemTimer, TimerBase, TimerTask, check_expiration, log_error,
 )
@@ -74,10 +77,6 @@ SHARDS = 64
 
 #: Java's String.hashCode of a key, remembered: keys repeat, and the hash walks every character
 key_hash = functools.lru_cache(maxsize=1 << 16)(java_string_hash)
-
-#: Striped locks standing in for a compare-and-set on ``DelayedOperation.completed``.
-_COMPLETION_LOCKS = tuple(threading.Lock() for _ in range(64))
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # DelayedOperation
@@ -96,7 +95,7 @@ class OperationProtocol:
     def __init__(self, delay_ms: int, lock: threading.RLock | threading.Lock | None = None):
         super().__init__(delay_ms)
         self.completed = False
-        self.lock = threading.RLock() if lock is None else lock
+        self.lock = sync.reentrant_lock("op") if lock is None else lock
 
     # --- to define in subclasses ------------------------------------------------------------------------------
 
@@ -119,7 +118,7 @@ class OperationProtocol:
         ``on_complete``."""
         if self.completed:
             return False
-        with _COMPLETION_LOCKS[id(self) >> 4 & 63]:
+        with sync.completion_locks[id(self) >> 4 & 63]:
             if self.completed:
                 return False
             self.completed = True
@@ -169,7 +168,7 @@ class WatcherList:
 
     def __init__(self) -> None:
         self.watchers_by_key: dict[Hashable, list[DelayedOperation]] = {}
-        self.lock = threading.Lock()
+        self.lock = sync.lock("shard")
 
 
 class DelayedOperationPurgatory:
@@ -200,7 +199,7 @@ class DelayedOperationPurgatory:
     def _build_watchers(self, shards: int) -> None:
         self._shards = [WatcherList() for _ in range(shards)]
         self._shard_mask = shards - 1
-        self._estimate_lock = threading.Lock()
+        self._estimate_lock = sync.lock("estimate")
 
     def _watcher_list(self, key: Hashable) -> WatcherList:
         try:

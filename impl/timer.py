@@ -71,6 +71,7 @@ import threading
 import time
 from typing import Callable, Iterable, Iterator
 
+from kpurgatory.impl import sync
 from kpurgatory.model.vocabulary import LONG_MAX
 
 logger = logging.getLogger("kpurgatory.impl")
@@ -287,7 +288,7 @@ class DelayQueue:
     def __init__(self, lock: threading.Lock):
         self.heap: list[tuple[int, int, TimerTaskList]] = []
         self._offers = itertools.count()
-        self._condition = threading.Condition(lock)
+        self._condition = sync.condition(lock)
         self._waiters = 0
         self._interrupted = False
 
@@ -575,7 +576,7 @@ class SystemTimer(TimerBase):
 
     def _build(self, start_ms: int) -> None:
         self._now = self.clock.now if self.virtual else self.clock  # a bound method is cheaper to call
-        self._lock = threading.Lock()
+        self._lock = sync.lock("timer")
         self.counter = TaskCounter()
         self.queue = DelayQueue(self._lock)
         self.timing_wheel = TimingWheel(self.tick_ms, self.wheel_size, start_ms, self.queue, self.counter)

@@ -18,7 +18,9 @@ Where a rule is ``seen``:
                check may call on a completed op, whether a ready op can be left waiting);
   locks        only the locks differ: which a call takes and whether it waits for it. No answer in the protocol's
                vocabulary tells the sides apart (a call returns later, not otherwise); the concurrent check must
-               merely not assume either side;
+               merely not assume either side. Under a controlled scheduler the op lock's points show which of
+               Kafka's methods take it, and how: a rule with a ``point`` is told apart by whether a check reaches
+               it (`point_shown`);
   commands     the call does not exist before the rule: the release cannot be sent that command.
 Each rule but a lock change names the scenario or race schedule that separates its two sides.
 
@@ -65,6 +67,10 @@ class Rule:
     separated_by: str | None = None
     #: releases on older lines that got the change too
     backports: tuple[str, ...] = ()
+    #: a lock change a controlled scheduler sees: the switch point (which lock, taken how, in which of Kafka's
+    #: methods) reached on the change's side only, and the later rule that took the point away again, if any
+    point: str | None = None
+    point_until: str | None = None
 
     def shipped_in(self, version: str) -> bool:
         key = version_key(version)
@@ -99,7 +105,7 @@ RULES: tuple[Rule, ...] = (
     Rule("KAFKA-5970", "1.0.0", "the op lock is a ReentrantLock, tried without blocking",
          before="tryComplete ran under the op's monitor; a caller waited for it",
          after="checks and the watch's second try take the op lock with tryLock and skip the op when it is held",
-         seen="locks", backports=("0.11.0.2",)),
+         seen="locks", backports=("0.11.0.2",), point="try op in maybeTryComplete", point_until="KAFKA-8334"),
     Rule("KAFKA-6653", "1.1.0", "a skipped try is retried",
          before="a try skipped because another thread held the op lock was lost: an op that became ready while "
                 "its lock was held could wait for its timeout",
@@ -128,10 +134,17 @@ RULES: tuple[Rule, ...] = (
          before="an expiry or force could complete an op (and run onComplete) while another thread was inside its "
                 "tryComplete",
          after="forceComplete completes under the op lock, so onComplete never runs alongside tryComplete",
-         seen="locks"),
+         seen="locks", point="acquire op in forceComplete"),
 )
 
 RULES_BY_TICKET = {rule.ticket: rule for rule in RULES}
+
+
+def point_shown(rule: Rule, version: str) -> bool:
+    """Whether a controlled check of ``version`` reaches ``rule``'s switch point: it shipped the rule, and not the
+    later one that took the point away."""
+    until = RULES_BY_TICKET.get(rule.point_until) if rule.point_until else None
+    return rule.shipped_in(version) and not (until is not None and until.shipped_in(version))
 
 #: the releases the compliance matrix runs: the newest patch of every release line with the hierarchical timing
 #: wheel, and the patch releases within a line where a rule arrived (0.10.1.1, 0.11.0.2)

@@ -16,6 +16,8 @@ import click
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 
 BUILTIN = "kpurgatory.conformance.adapters.builtin:factory"
+#: the built-in pure-Python implementation, whose locks a controlled scheduler can take over
+BUILTIN_PYTHON = "kpurgatory.conformance.adapters.builtin:python"
 
 
 @attrs.frozen

@@ -1,7 +1,8 @@
 """The in-process adapter for kpurgatory.impl: each vocabulary command becomes one call into the library.
 
 ``factory()`` returns a `SystemUnderTest` running impl's timer and purgatory (the implementation ``kpurgatory.impl``
-selects: compiled, or pure Python with ``KPURGATORY_IMPL=python``) in virtual-clock mode (the same code as
+selects: compiled, or pure Python with ``KPURGATORY_IMPL=python``; ``python()`` the pure-Python one, which a
+controlled scheduler can run) in virtual-clock mode (the same code as
 the threaded mode, with the clock injected and expired tasks run inline), so a run is deterministic. The adapter is
 thread-safe, as the concurrent check needs: events and the route of a completion are kept per thread, because
 ``on_complete`` runs in the thread whose ``force_complete`` won and so belongs to that thread's command.
@@ -17,13 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 import threading
+from types import SimpleNamespace
 
 import attrs
 
 from kpurgatory.conformance.adapters.gates import Gates
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
-from kpurgatory.impl import SELECTED, DelayedOperation, DelayedOperationPurgatory, SystemTimer, TimerTask
+from kpurgatory.impl import SELECTED, DelayedOperation, TimerTask, implementation, sync
 from kpurgatory.impl.purgatory import SHARDS, EmptyKeysError, checked_keys
 from kpurgatory.impl.timer import TimerDomainError
 from kpurgatory.model import CommandError
@@ -31,10 +34,12 @@ from kpurgatory.model.contract import KAFKA, WatcherShards
 from kpurgatory.model import vocabulary as v
 
 
-class AdapterTask(TimerTask):
-    """A plain timer task of the timer profile: running it records a Run event."""
+class TaskBehaviour:
+    """A plain timer task of the timer profile: running it records a Run event (mixed into an implementation's
+    TimerTask)."""
 
-    __slots__ = ("task_id", "adapter")
+    __slots__ = ()
+    SLOTS = ("task_id", "adapter")
 
     def __init__(self, task_id: str, delay_ms: int, adapter: BuiltinAdapter):
         super().__init__(delay_ms)
@@ -45,10 +50,12 @@ class AdapterTask(TimerTask):
         self.adapter.record(v.Run(self.task_id))
 
 
-class AdapterOperation(DelayedOperation):
-    """A delayed operation whose condition the trace controls (the model's DelayedOperation)."""
+class OperationBehaviour:
+    """A delayed operation whose condition the trace controls (the model's DelayedOperation; mixed into an
+    implementation's DelayedOperation)."""
 
-    __slots__ = ("op_id", "ready_on", "ready", "try_calls", "adapter")
+    __slots__ = ()
+    SLOTS = ("op_id", "ready_on", "ready", "try_calls", "adapter")
 
     def __init__(self, op_id: str, delay_ms: int, ready_on: int | None, adapter: BuiltinAdapter):
         super().__init__(delay_ms)
@@ -81,6 +88,14 @@ class AdapterOperation(DelayedOperation):
         self.adapter.record(v.Expire(self.op_id))
 
 
+class AdapterTask(TaskBehaviour, TimerTask):
+    __slots__ = TaskBehaviour.SLOTS
+
+
+class AdapterOperation(OperationBehaviour, DelayedOperation):
+    __slots__ = OperationBehaviour.SLOTS
+
+
 #: the route (``via``) of a completion made while a command runs, unless the timer's expiry makes it
 ROUTES = {command: via for via, commands in v.VIA_COMMANDS.items() if via != "expire" for command in commands}
 
@@ -90,8 +105,9 @@ class BuiltinAdapter:
     ops and tasks (the mutants replace them). ``gates`` stop an op's try_complete where a race schedule says
     (`kpurgatory.conformance.adapters.gates`)."""
 
-    operation_class: type[AdapterOperation] = AdapterOperation
-    task_class: type[AdapterTask] = AdapterTask
+    implementation: SimpleNamespace = SELECTED
+    operation_class: type[OperationBehaviour] = AdapterOperation
+    task_class: type[TaskBehaviour] = AdapterTask
     #: how many watch lists the purgatory has (declared in the hello, so the check aims keys at each)
     watcher_shards: int = SHARDS
 
@@ -99,13 +115,26 @@ class BuiltinAdapter:
         self.profile: str | None = None
         #: per thread: ``events`` of the command it runs and the ``route`` a completion made now would take
         self.current = threading.local()
-        self.timer: SystemTimer | None = None
-        self.purgatory: DelayedOperationPurgatory | None = None
+        self.timer = None
+        self.purgatory = None
         self.tasks: dict[str, AdapterTask] = {}
         self.ops: dict[str, AdapterOperation] = {}
-        self.creating = threading.Lock()
+        self.creating = sync.lock("adapter")  # impl's kind of lock, so a controlled scheduler takes it over too
         self.is_shut_down = False
         self.gates = Gates()
+
+    #: a controlled scheduler can take over its locks (`kpurgatory.impl.sync`): every lock of the pure-Python
+    #: implementation, the op locks of the compiled one
+    controllable = True
+
+    @property
+    def code_files(self) -> frozenset[str]:
+        """The files of the system's own code, where a controlled scheduler of ``calls`` granularity may switch:
+        impl's, and those of the classes the adapter, its ops, timer and purgatory are made of (a mutant's too)."""
+        parts = (type(self), self.operation_class, self.task_class, type(self.timer), type(self.purgatory))
+        modules = {sys.modules[cls.__module__] for part in parts for cls in part.__mro__}
+        return frozenset(module.__file__ for module in modules if getattr(module, "__file__", None)
+                         and module.__name__.partition(".")[0] not in sys.stdlib_module_names)
 
     def record(self, event: v.Event) -> None:
         self.current.events.append(event)
@@ -120,16 +149,17 @@ class BuiltinAdapter:
             self.current.route = outer
 
     def hello(self) -> Hello:
-        return Hello(implementation=f"kpurgatory.impl ({SELECTED.name})", profiles=v.PROFILES, features=v.OPTIONAL,
+        return Hello(implementation=f"kpurgatory.impl ({self.implementation.name})", profiles=v.PROFILES, features=v.OPTIONAL,
                      declarations=attrs.evolve(KAFKA, watcher_shards=WatcherShards(self.watcher_shards)))
 
     def init(self, profile: str, params: v.Params) -> None:
         if profile not in v.PROFILES:
             raise CommandError(f"profile: unknown profile {profile!r} (expected one of {', '.join(v.PROFILES)})")
         try:
-            timer = SystemTimer.virtual(params.tick_ms, params.wheel_size, params.start_ms, on_error=_reraise)
-            purgatory = DelayedOperationPurgatory(purge_interval=params.purge_interval, timer=timer,
-                                                  shards=self.watcher_shards, on_error=_reraise)
+            impl = self.implementation
+            timer = impl.SystemTimer.virtual(params.tick_ms, params.wheel_size, params.start_ms, on_error=_reraise)
+            purgatory = impl.DelayedOperationPurgatory(purge_interval=params.purge_interval, timer=timer,
+                                                       shards=self.watcher_shards, on_error=_reraise)
         except (TimerDomainError, ValueError) as error:
             raise CommandError(str(error)) from None
         self.gates.reset()
@@ -267,14 +297,14 @@ class BuiltinAdapter:
     def _(self, command: v.DelayQueue) -> list[int]:
         return self.timer.queued_expirations()
 
-    def _op(self, op_id: str) -> AdapterOperation:
+    def _op(self, op_id: str) -> OperationBehaviour:
         if op_id not in self.ops:
             raise CommandError(f"op: {op_id!r} was never watched")
         return self.ops[op_id]
 
 
 def _label(task: TimerTask) -> str:
-    return task.op_id if isinstance(task, AdapterOperation) else task.task_id
+    return task.op_id if isinstance(task, OperationBehaviour) else task.task_id
 
 
 def _reraise(error: BaseException, source: object) -> None:
@@ -288,8 +318,32 @@ class KafkaLayoutAdapter(BuiltinAdapter):
     watcher_shards = KAFKA.watcher_shards.count
 
 
+PYTHON = implementation("python")
+
+
+class PythonTask(TaskBehaviour, PYTHON.TimerTask):
+    __slots__ = TaskBehaviour.SLOTS
+
+
+class PythonOperation(OperationBehaviour, PYTHON.DelayedOperation):
+    __slots__ = OperationBehaviour.SLOTS
+
+
+class PythonAdapter(BuiltinAdapter):
+    """impl's pure-Python implementation, whatever ``kpurgatory.impl`` selects: the one a controlled scheduler can
+    run (`controllable`)."""
+
+    implementation = PYTHON
+    task_class = PythonTask
+    operation_class = PythonOperation
+
+
 def factory() -> SystemUnderTest:
     return BuiltinAdapter()
+
+
+def python() -> SystemUnderTest:
+    return PythonAdapter()
 
 
 def kafka_layout() -> SystemUnderTest:

@@ -34,6 +34,7 @@ import atexit
 import json
 import os
 import queue
+import re
 import shlex
 import signal
 import socket
@@ -43,7 +44,7 @@ import threading
 import time
 import weakref
 from pathlib import Path
-from typing import ClassVar
+from typing import Callable, ClassVar
 
 import orjson
 
@@ -123,6 +124,10 @@ class AdapterStopped(AdapterTimedOut):
     kind = "adapter stopped a call that would not end"
 
 
+#: a scheduler line: a key no response has (inside a JSON string a quote is escaped, so this is a key)
+SCHEDULER_LINE = re.compile(rb'"sched"\s*:')
+
+
 def echoed_seq(line: bytes) -> object:
     """The seq a response line echoes, if it is a JSON object with one (the line is validated later, in full)."""
     try:
@@ -149,6 +154,8 @@ class SubprocessSystem:
         #: seq -> where its response line goes (None: the adapter closed its stdout); writing takes ``sending``,
         #: the reader only ``routing``, so a full stdin pipe can never stop responses from being read
         self.waiting: dict[int, queue.Queue[bytes | None]] = {}
+        #: the seqs of scheduled requests in flight: their scheduler lines go to ``waiting`` too, before the answer
+        self.scheduled: set[int] = set()
         self.sending, self.routing = threading.Lock(), threading.Lock()
         self.stderr_tail = b""
         self.control, keeper_end = socket.socketpair()  # closing it, or the harness exiting, stops the keeper
@@ -248,6 +255,59 @@ class SubprocessSystem:
         exec_ns = response.get("exec_ns")
         return observation_from_json(response), None if exec_ns is None else tuple(exec_ns)
 
+    @property
+    def controllable(self) -> bool:
+        """The adapter runs requests under the harness's scheduler (feature ``scheduler``; after `hello`)."""
+        return "scheduler" in self.features
+
+    def call_scheduled(self, command: v.Command, stand_in: Callable[[dict], bool | None]
+                       ) -> tuple[v.Observation, tuple[int, int] | None]:
+        """`call` of a request the adapter runs under the harness's scheduler (specs/protocol.md §3.4): each
+        scheduler line the adapter writes for it before its answer goes to ``stand_in``; when that returns a bool,
+        the request's thread is told to go on (True: it is deadlocked, and must fail)."""
+        if self.broken is not None:
+            raise self.broken
+        lines: queue.Queue[bytes | None] = queue.Queue()
+        what = f"request {command.name!r}"
+        with self.sending:
+            seq, self.next_seq = self.next_seq, self.next_seq + 1
+            with self.routing:
+                self.waiting[seq] = lines
+                self.scheduled.add(seq)
+            request = {"seq": seq, "cmd": command.name, "args": command_to_json(command)["args"], "scheduled": True}
+            sent = self._send(request)
+        if not sent:
+            raise self._crashed(what)
+        while True:
+            line = self._await(lines, what, self.timeout)
+            if line is None:
+                raise self._crashed(what)
+            if not SCHEDULER_LINE.search(line):
+                response = self._decode(line, seq, what)
+                exec_ns = response.get("exec_ns")
+                return observation_from_json(response), None if exec_ns is None else tuple(exec_ns)
+            try:
+                message = decode_line(line.removesuffix(b"\n").removesuffix(b"\r"))
+                validate("scheduler_line", message)
+            except ValueError as error:
+                raise self._break(ProtocolViolation(f"scheduler line for {what}: {error}: "
+                                                    f"{shorten(line.decode(errors='replace'))}")) from None
+            go = stand_in(message)
+            if go is not None:
+                with self.sending:
+                    sent = self._send({"go": seq, "deadlock": go})
+                if not sent:
+                    raise self._crashed(what)
+
+    def _send(self, document: dict) -> bool:
+        """Write one line to the adapter (the caller holds ``sending``); False if its stdin is closed."""
+        try:
+            self.process.stdin.write(orjson.dumps(document) + b"\n")
+            self.process.stdin.flush()
+            return True
+        except OSError:
+            return False
+
     def await_gate(self, gate_id: str) -> bool:
         """True once the request carrying the gate waits at it, False if it finished without reaching it."""
         return self._gate_control("await_gate", gate_id) is True
@@ -296,13 +356,7 @@ class SubprocessSystem:
             with self.routing:
                 self.waiting[seq] = answer
             what = f"request {cmd!r}"  # not its seq: which one it was depends on what the adapter did before
-            try:
-                self.process.stdin.write(orjson.dumps({"seq": seq, "cmd": cmd, "args": args, **(routing or {})})
-                                         + b"\n")
-                self.process.stdin.flush()
-                sent = True
-            except OSError:
-                sent = False
+            sent = self._send({"seq": seq, "cmd": cmd, "args": args, **(routing or {})})
         if not sent:
             raise self._crashed(what)
         line = self._await(answer, what, self.timeout if seq else max(self.timeout, STARTUP_S))
@@ -393,9 +447,13 @@ class SubprocessSystem:
         while line := self.process.stdout.readline(MAX_LINE_BYTES + 2):  # the line, \r and \n
             with self.routing:
                 seq = echoed_seq(line)
-                if seq not in self.waiting and self.waiting:
-                    seq = min(self.waiting)
-                answer = self.waiting.pop(seq, None)
+                if seq in self.scheduled and SCHEDULER_LINE.search(line):
+                    answer = self.waiting[seq]  # a scheduler line: the answer is still to come
+                else:
+                    self.scheduled.discard(seq)
+                    if seq not in self.waiting and self.waiting:
+                        seq = min(self.waiting)
+                    answer = self.waiting.pop(seq, None)
             if answer is None:
                 self._break(ProtocolViolation(f"a line that answers no request: {shorten(repr(line))}",
                                               self._stderr()))

@@ -51,7 +51,8 @@ random run is watched once, so its deadline is known up to the clock's movement 
 
 A violation is a fact about this history, never a guess: every rule uses only what the timings prove (a call that
 returned before another was invoked happened before it). Runs are random interleavings, so the same seed does not
-replay the same history; the seed fixes the scripts.
+replay the same history; the seed fixes the scripts. Under a controlled scheduler
+(`kpurgatory.conformance.check.scheduler`) the seed fixes the interleavings too, and a history's schedule replays it.
 
 The check goes on past a failure, as the sequential one does (`conformance.check.findings`): a violation has a
 signature (the property, its cause, the commands of the calls it names first), a history whose signatures were all
@@ -64,6 +65,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import hashlib
 import io
 import itertools
 import queue
@@ -89,11 +91,13 @@ from kpurgatory.conformance.adapters.subprocess import (AdapterStopped, AdapterT
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.check import strategies
 from kpurgatory.conformance.check.findings import Signature
-from kpurgatory.conformance.terminal import command_console, counted, markup
-from kpurgatory.conformance.traces.codec import Header, Step, Timing, Trace, write_traces
+from kpurgatory.conformance.check.scheduler import Deadlock, Hung, Scheduler, Scheduling, carried, replaying
+from kpurgatory.conformance.terminal import command_console, counted, markup, safe
+from kpurgatory.conformance.traces.codec import Header, Schedule, Step, Timing, Trace, write_traces
+from kpurgatory.impl import sync
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import KAFKA, WatcherShards
-from kpurgatory.model.releases import Release
+from kpurgatory.model.releases import RULES, Release, Rule, point_shown
 
 #: the interpreter's thread switch interval during a run: CPython's 5 ms default lets a thread run a whole script
 #: before the next one starts; 10 µs makes calls interleave inside the system's critical sections
@@ -302,6 +306,45 @@ class ProtocolDriver(Driver):
         self.system.open_gate(gate_id)
 
 
+class ScheduledDriver(ProtocolDriver):
+    """Calls an adapter that runs requests under the harness's scheduler (feature ``scheduler``, specs/protocol.md
+    §3.4). The harness's thread of a call stands in for the adapter's thread of its request: it takes the request's
+    points, waits and releases to ``scheduler``, and lets the adapter's thread go on when the scheduler gives the
+    stand-in the turn; so the adapter's threads run one at a time, in the order the scheduler chose."""
+
+    def __init__(self, system: SubprocessSystem, hello: Hello, scheduler: Scheduler):
+        super().__init__(system, hello)
+        self.scheduler = scheduler
+        self.locks: dict[int, RemoteLock] = {}
+
+    def call(self, command: v.Command, barrier: tuple[str, int] | None,
+             gate: GateSpec | None) -> tuple[v.Observation, tuple[int, int] | None]:
+        return self.system.call_scheduled(command, self.stand_in)
+
+    def stand_in(self, line: dict) -> bool | None:
+        """Take one scheduler line of the adapter's; whether its thread must now go on deadlocked (None: it goes on
+        by itself)."""
+        lock = self.locks.setdefault(line["lock"], RemoteLock(line.get("role", "lock"))) if "lock" in line else None
+        if line["sched"] == "released":
+            self.scheduler.released(lock)
+            return None
+        if line["sched"] == "wait":
+            try:
+                self.scheduler.wait_for(lock)
+            except Deadlock:
+                return True
+            return False
+        self.scheduler.point(line["kind"], line["where"])
+        return False
+
+
+@attrs.define(eq=False)
+class RemoteLock:
+    """A lock of the adapter's process, as the harness's scheduler knows it: who waits for it."""
+
+    role: str
+
+
 def driver_for(system: SystemUnderTest, hello: Hello) -> Driver:
     return (ProtocolDriver if isinstance(system, SubprocessSystem) else Driver)(system, hello)
 
@@ -340,8 +383,11 @@ class Recorder:
         self.stopped = threading.Event()
 
     def call(self, thread: str, command: v.Command, barrier: tuple[str, int] | None = None,
-             gate: GateSpec | None = None) -> v.Observation:
-        record = Call(thread, command, next(self.ticks))
+             gate: GateSpec | None = None, record: Call | None = None) -> v.Observation:
+        """Record the call in ``record`` (by default a new one)."""
+        if record is None:
+            record = Call(thread, command, 0)
+        record.invoked = next(self.ticks)
         self.calls.append(record)  # list.append is atomic
         try:
             record.observation, record.exec_ns = self.driver.call(command, barrier, gate)
@@ -353,6 +399,12 @@ class Recorder:
             record.returned = next(self.ticks)
             self.progressed = time.monotonic()
         return record.observation
+
+    def calls_in_turn(self, thread: str, commands: list[v.Command]) -> None:
+        """Call ``commands`` one after another on ``thread``, up to the first the system fails."""
+        with contextlib.suppress(SystemFailed):
+            for command in commands:
+                self.call(thread, command)
 
     def history(self, trace_id: str, params: v.Params) -> Trace:
         ordered = sorted(self.calls, key=lambda call: call.invoked)
@@ -396,10 +448,16 @@ class Lanes:
 
 
 def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float, trace_id: str,
-            driver: Driver | None = None) -> Trace:
+            driver: Driver | None = None, scheduler: Scheduler | None = None) -> Trace:
     """Run ``plan`` on a fresh run (init) of ``system`` and return the history: round by round, the calls of a
-    round released together by a start barrier. A call that has not returned ``timeout`` seconds after the last
-    call returned is a hang: the history keeps it with no return, and the run ends undrained."""
+    round released together by a start barrier, or, with a ``scheduler``, run by it one at a time, switching at the
+    system's synchronisation points (the history's header then carries the schedule that replays it). A call that
+    has not returned ``timeout`` seconds after the last call returned is a hang: the history keeps it with no
+    return, and the run ends undrained."""
+    if scheduler is not None:
+        with sync.using(scheduler.primitives):
+            return execute_controlled(system, hello, plan, scheduler, timeout=timeout, trace_id=trace_id,
+                                      driver=driver)
     system.init("purgatory", plan.params)
     driver = driver or driver_for(system, hello)
     driver.barriers.clear()  # a shrunk plan reuses the ids with other numbers of parties
@@ -430,6 +488,71 @@ def execute(system: SystemUnderTest, hello: Hello, plan: Plan, *, timeout: float
     return recorder.history(trace_id, plan.params)
 
 
+def execute_controlled(system: SystemUnderTest, hello: Hello, plan: Plan, scheduler: Scheduler, *, timeout: float,
+                       trace_id: str, driver: Driver | None = None) -> Trace:
+    """`execute` under ``scheduler``, whose locks the system is built with: each round's calls on threads of their
+    own that the scheduler runs one at a time, then the drain on one more."""
+    system.init("purgatory", plan.params)
+    if isinstance(system, SubprocessSystem):
+        if scheduler.calls:
+            raise ValueError("an adapter's scheduler stops at its synchronisation points only: use granularity sync")
+        driver = ScheduledDriver(system, hello, scheduler)
+    elif scheduler.calls:
+        scheduler.code(system.code_files)
+    recorder = Recorder(driver or driver_for(system, hello))
+    records = [[Call(thread, command, 0) for thread, command in calls] for calls in plan.rounds]
+
+    def task(record: Call) -> Callable[[], None]:
+        def run() -> None:
+            with contextlib.suppress(SystemFailed):
+                recorder.call(record.thread, record.command, record=record)
+        return run
+
+    drained = [(DRAIN, lambda: recorder.calls_in_turn(DRAIN, drain_commands(plan, hello)))]
+    run = 0
+    for tasks in (*([(record.thread, task(record)) for record in calls] for calls in records), drained):
+        if recorder.stopped.is_set():
+            break
+        run += 1
+        try:
+            scheduler.run(tasks, timeout)
+        except Hung:
+            recorder.stopped.set()
+    history = recorder.history(trace_id, plan.params)
+    seqs = {call.invoked: step.seq for call, step in zip(sorted(recorder.calls, key=lambda call: call.invoked),
+                                                         history.steps)}
+    rounds = tuple(tuple(seqs[record.invoked] for record in calls) for calls in records[:run])
+    schedule = attrs.evolve(scheduler.schedule, rounds=rounds)
+    return attrs.evolve(history, header=attrs.evolve(history.header, schedule=schedule))
+
+
+def scheduled_plan(history: Trace) -> Plan:
+    """The plan a history run under a controlled scheduler ran: its rounds, as its schedule lists them."""
+    by_seq = {step.seq: step for step in history.steps}
+    try:
+        return Plan(history.header.params, tuple(tuple((by_seq[seq].timing.thread, by_seq[seq].command)
+                                                       for seq in seqs) for seqs in history.header.schedule.rounds))
+    except KeyError as error:
+        raise ValueError(f"{history.trace_id}: its schedule's rounds name step {error.args[0]}, which it does not "
+                         f"have") from None
+
+
+def replay_history(system: SystemUnderTest, hello: Hello, history: Trace, *, timeout: float,
+                   driver: Driver | None = None) -> tuple[Trace, Step | None]:
+    """Run the plan of ``history`` again under its schedule; the new history, and the first recorded step it differs
+    from (command, answer, thread, logical times or failure; execution times may differ), if any."""
+    again = execute(system, hello, scheduled_plan(history), timeout=timeout, trace_id=history.trace_id,
+                    driver=driver, scheduler=replaying(history.header.schedule))
+
+    def essence(step: Step) -> tuple:
+        return step.command, step.observation, attrs.evolve(step.timing, exec_ns=None)
+
+    for step, recorded in itertools.zip_longest(again.steps, history.steps):
+        if step is None or recorded is None or essence(step) != essence(recorded):
+            return again, recorded or step
+    return again, None
+
+
 def settled(done: list[threading.Event], recorder: Recorder, timeout: float) -> bool:
     """Wait for every call of a round while calls keep returning; False once nothing returned for ``timeout``."""
     for finished in done:
@@ -439,11 +562,11 @@ def settled(done: list[threading.Event], recorder: Recorder, timeout: float) -> 
     return True
 
 
-def drain(recorder: Recorder, plan: Plan, hello: Hello, timeout: float) -> None:
-    """On one thread, after every other call returned: make every op ready and check every key (an op a list lost
+def drain_commands(plan: Plan, hello: Hello) -> list[v.Command]:
+    """The drain, run on one thread after every other call returned: make every op ready and check every key (an op a list lost
     is a lost wakeup now), pass every deadline, force every op; watch one more op on every key and on a key of every
     watcher shard and force it, then advance (a purge now must sweep every shard), read watched; check every key
-    again and cancel the other shards' keys, read the counters, shut down. A call that hangs (``timeout`` as in `execute`) ends the drain."""
+    again and cancel the other shards' keys, read the counters, shut down."""
     ops, keys = sorted(plan.owners), plan.keys
     horizon = max([plan.params.start_ms, *(c.to_ms for _, c in plan.calls if isinstance(c, v.Advance))]) + max(
         [0, *(c.delay_ms or 0 for _, c in plan.calls if isinstance(c, v.Watch))])
@@ -458,19 +581,18 @@ def drain(recorder: Recorder, plan: Plan, hello: Hello, timeout: float) -> None:
     dropped = [v.CancelKey(key) for key in elsewhere]
     if not all(map(hello.drives, dropped)):
         dropped = [v.Check(key) for key in elsewhere]
-    commands = [command for command in (*map(v.SetReady, ops), *map(v.Check, keys), v.Advance(horizon),
+    return [command for command in (*map(v.SetReady, ops), *map(v.Check, keys), v.Advance(horizon),
                                         *map(v.Force, ops), *swept, *map(v.Check, keys), *dropped, v.Watched(),
                                         v.Delayed(), v.Size(), v.WatcherKeys(), v.Shutdown())
                 if hello.drives(command)]
 
-    def calls() -> None:
-        with contextlib.suppress(SystemFailed):
-            for command in commands:
-                recorder.call(DRAIN, command)
 
+def drain(recorder: Recorder, plan: Plan, hello: Hello, timeout: float) -> None:
+    """`drain_commands` on one thread; a call that hangs (``timeout`` as in `execute`) ends the drain."""
     lanes = Lanes()
     try:
-        if not settled(lanes.run([calls]), recorder, timeout):
+        if not settled(lanes.run([lambda: recorder.calls_in_turn(DRAIN, drain_commands(plan, hello))]), recorder,
+                       timeout):
             recorder.stopped.set()
     finally:
         lanes.close()
@@ -826,6 +948,18 @@ SHRINK_BUDGET_S = 150.0
 #: a small plan is cheap to run, and a race in it has few chances to happen: it gets up to MAX_ATTEMPTS runs,
 #: CHEAP_CALLS calls' worth
 CHEAP_CALLS, MAX_ATTEMPTS = 2000, 200
+def uncontrollable(system: SystemUnderTest) -> str:
+    """Why ``system`` cannot run under a controlled scheduler."""
+    if isinstance(system, SubprocessSystem):
+        return ("its adapter does not list the 'scheduler' feature in its hello (specs/protocol.md, §3.4; Kafka's "
+                "adapter lists it for the releases whose op lock it can make a point of: 0.11.0.2 on)")
+    return ("its locks do not come from kpurgatory.impl.sync, as those of the built-in pure-Python implementation do "
+            "(--impl kpurgatory.conformance.adapters.builtin:python; a system built on kpurgatory.impl's selected "
+            "classes, with KPURGATORY_IMPL=python)")
+#: under a controlled scheduler a candidate's runs are the failing schedule carried over, then a few fresh ones
+CONTROLLED_ATTEMPTS = 4
+#: under a controlled scheduler shrinking one failure stops after this many runs (scaled with the shrink budget)
+CONTROLLED_SHRINK_RUNS = 600
 
 
 def viable(plan: Plan) -> Plan:
@@ -885,30 +1019,38 @@ def broken(history: Trace) -> bool:
     return any(step.timing.failure is not None or step.timing.returned is None for step in history.steps)
 
 
+def deadline_after(seconds: float) -> Callable[[], bool]:
+    """A budget of ``seconds`` from now."""
+    deadline = time.monotonic() + seconds
+    return lambda: time.monotonic() > deadline
+
+
 def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations: tuple[Violation, ...], *,
            attempts: int = SHRINK_ATTEMPTS, budget_s: float = SHRINK_BUDGET_S,
-           keeps: Callable[[Trace, tuple[Violation, ...]], bool] = lambda history, violations: bool(violations)
+           keeps: Callable[[Trace, tuple[Violation, ...]], bool] = lambda history, violations: bool(violations),
+           max_attempts: int = MAX_ATTEMPTS, spent: Callable[[], bool] | None = None
            ) -> tuple[Plan, Trace, tuple[Violation, ...]]:
     """The smallest run found that still fails: greedily take the first smaller plan (fewer threads, fewer calls
     per thread) one of whose ``attempts`` runs (more for small plans) still fails — its history and violations
-    ``keeps`` the failure (by default: it breaks some property) — until none does or ``budget_s`` is spent. A run
+    ``keeps`` the failure (by default: it breaks some property) — until none does or ``budget_s`` is spent (or, if
+    given, until ``spent()``: a budget that does not depend on the machine's speed). A run
     whose system raised or hung is not shrunk (the system is no longer usable)."""
-    deadline = time.monotonic() + budget_s
+    spent = spent or deadline_after(budget_s)
     if broken(history):
         return plan, history, violations
     #: the most runs a candidate needed to fail so far: a bug that shows every time needs few tries per candidate
     needed: int | None = None
     improved = True
-    while improved and time.monotonic() < deadline:
+    while improved and not spent():
         improved = False
         tried: set[Plan] = set()
         for candidate in map(viable, smaller(plan, involved(history, violations))):
             if candidate in tried or candidate.size() >= plan.size() or not candidate.rounds:
                 continue
             tried.add(candidate)
-            tries = max(attempts, min(CHEAP_CALLS // candidate.size(), MAX_ATTEMPTS))
+            tries = min(max(attempts, CHEAP_CALLS // candidate.size()), max_attempts)
             for number in range(1, (tries if needed is None else min(tries, max(attempts, 4 * needed))) + 1):
-                if time.monotonic() > deadline:
+                if spent():
                     return plan, history, violations
                 attempt = run(candidate)
                 if broken(attempt):
@@ -920,6 +1062,49 @@ def shrink(run: Callable[[Plan], Trace], plan: Plan, history: Trace, violations:
             if improved:
                 break
     return plan, history, violations
+
+
+def shrink_schedule(replay: Callable[[Schedule], Trace], history: Trace,
+                    keeps: Callable[[Trace, tuple[Violation, ...]], bool], *, spent: Callable[[], bool]) -> Trace:
+    """The failing ``history`` of a controlled run with as few switches as its failure needs: drop blocks of its
+    schedule's switches (halves, quarters, … single ones) while the replay of what is left still ``keeps`` the
+    failure, until ``spent()``; the switches a replay applied are the next schedule (a dropped switch can make a
+    later one moot)."""
+    switches = list(history.header.schedule.switches)
+    size = max(1, len(switches) // 2)
+    while switches and not spent():
+        start = 0
+        while start < len(switches) and not spent():
+            candidate = attrs.evolve(history.header.schedule, switches=switches[:start] + switches[start + size:])
+            attempt = replay(candidate)
+            if not broken(attempt) and keeps(attempt, tuple(check_history(attempt))):
+                history, switches = attempt, list(attempt.header.schedule.switches)
+            else:
+                start += size
+        if size == 1:
+            break
+        size = max(1, size // 2)
+    return history
+
+
+@attrs.frozen
+class Interleavings:
+    """What the controlled runs of a check explored: how they were scheduled, how many distinct interleavings they
+    ran, their points (where several threads were ready) and switches, and the distinct points reached (``kind role
+    in function``)."""
+
+    scheduling: Scheduling
+    distinct: int = 0
+    points: int = 0
+    switches: int = 0
+    reached: frozenset[str] = frozenset()
+    #: an identity of every run's interleaving, in order: equal for checks that ran the same interleavings
+    digest: str = ""
+
+    def __str__(self) -> str:
+        return (f"interleavings: {self.distinct:,} distinct under {self.scheduling} (digest {self.digest}); "
+                f"{self.points:,} points, {self.switches:,} switches; {len(self.reached)} distinct switch points "
+                f"reached")
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -1067,6 +1252,10 @@ class ConcurrentResult:
     schedule_notes: tuple[tuple[str, str], ...] = ()
     #: why the check stopped before its budget: the system could not be made afresh after it failed
     aborted: str | None = None
+    #: what the runs explored, when a controlled scheduler ran them
+    interleavings: Interleavings | None = None
+    #: the lock changes of the declared Kafka release the points reached tell apart
+    lock_sides: tuple[LockSide, ...] = ()
 
 
 class Target:
@@ -1105,7 +1294,8 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
                          seed: int | None = None, timeout: float = 10.0, out_dir: str | Path | None = None,
                          on_run: Callable[[int, int], None] | None = None,
                          shrink_budget_s: float = SHRINK_BUDGET_S, max_failures: int = MAX_FAILURES,
-                         fail_on_findings: bool = False, corpus: str | Path | None = None) -> ConcurrentResult:
+                         fail_on_findings: bool = False, corpus: str | Path | None = None,
+                         scheduling: Scheduling | None = None) -> ConcurrentResult:
     """First the race schedules (`kpurgatory.conformance.check.schedules`, if the system has gates; those using a
     command the system's hello lists as unsupported are skipped), then the purgatory runs of the shared ``corpus``
     folder the system can be sent (`conformance.check.corpus`; each as `corpus_plan`, unshrunk: they were shrunk
@@ -1119,7 +1309,13 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
     fail the check only with ``fail_on_findings``. Each reported history is written to ``out_dir`` as
     ``TRACE-ID.jsonl`` with its table as ``.txt`` and its page (`traces.view`) as ``.html``. A system that hung or
     failed is made afresh for what follows; one that cannot be ends the check (``aborted``). ``on_run(runs so far,
-    calls so far)`` reports progress."""
+    calls so far)`` reports progress.
+
+    With ``scheduling``, a controlled scheduler runs every run (`kpurgatory.conformance.check.scheduler`; the system
+    must be ``controllable``), each from a seed drawn from ``seed``: the same seed gives the same histories. The
+    race schedules are not played (the scheduler explores the interleavings itself); a failing run's plan is shrunk,
+    then its schedule (`shrink_schedule`), for a count of runs (``CONTROLLED_SHRINK_RUNS``, scaled as
+    ``shrink_budget_s`` is to its default), so that the same seed shrinks alike on any machine."""
     from kpurgatory.conformance.check import corpus as shared
     from kpurgatory.conformance.check.schedules import SCHEDULES, run_schedule
 
@@ -1133,10 +1329,36 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
     reports: list[RaceReport] = []
     notes: list[tuple[str, str]] = []
     aborted = played = None
+    explored = Interleavings(scheduling) if scheduling is not None else None
+    interleavings: set[str] = set()
+    #: PCT draws its change points from the points a run is expected to have: the last run's count
+    expected_points = 1000
+
+    def scheduler(*origin: object) -> Scheduler | None:
+        """The scheduler of a run, its seed drawn from the check's seed and where the run comes from (a run's
+        number, a shrinking attempt's), so that no run's seed depends on how long another took to shrink."""
+        if scheduling is None:
+            return None
+        return scheduling.scheduler(random.Random(" ".join(map(str, (seed, *origin)))).randrange(2**32),
+                                    expected_points)
+
+    def explore(history: Trace, used: Scheduler | None) -> None:
+        nonlocal explored, expected_points
+        if used is not None:
+            interleavings.add(used.interleaving)
+            expected_points = max(used.points, 1)
+            explored = attrs.evolve(explored, distinct=len(interleavings), points=explored.points + used.points,
+                                    switches=explored.switches + len(used.switches),
+                                    reached=explored.reached | used.reached,
+                                    digest=hashlib.blake2b(f"{explored.digest}{used.interleaving}".encode(),
+                                                           digest_size=8).hexdigest())
     try:
         if "purgatory" not in hello.profiles:
             raise ValueError(f"{hello.implementation} does not implement the purgatory profile the concurrent check "
                              f"drives")
+        if scheduling is not None and not getattr(target.system, "controllable", False):
+            raise ValueError(f"{hello.implementation} cannot run under the controlled scheduler: "
+                             f"{uncontrollable(target.system)}")
 
         def new_failure(history: Trace) -> tuple[Signature, KafkaRace | None, tuple[Violation, ...]] | None:
             """The first signature of ``history``'s violations not reported yet, its race and violations; the
@@ -1172,7 +1394,9 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
                     return f"the system could not be made afresh after it failed: {type(error).__name__}: {error}"
             return None
 
-        if target.driver.gated:
+        if scheduling is not None:
+            notes.append(("all", "not played: the controlled scheduler explores the interleavings itself"))
+        elif target.driver.gated:
             played = 0
             for schedule in SCHEDULES:
                 if enough():
@@ -1192,7 +1416,9 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
             if enough():
                 break
             history = execute(target.system, hello, corpus_plan(params, commands, hello), timeout=timeout,
-                              trace_id=f"corpus-{number}", driver=target.driver)
+                              trace_id=f"corpus-{number}", driver=target.driver,
+                              scheduler=(used := scheduler("corpus", number)))
+            explore(history, used)
             calls += len(history.steps)
             if found := new_failure(history):
                 record(history, *found[:2])
@@ -1201,7 +1427,8 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
             run += 1
             plan = plan_run(rng, threads, steps, hello.unsupported, hello.declarations.watcher_shards)
             history = execute(target.system, hello, plan, timeout=timeout, trace_id=f"concurrent-{seed}-{run}",
-                              driver=target.driver)
+                              driver=target.driver, scheduler=(used := scheduler("run", run)))
+            explore(history, used)
             measured += overlap(history)
             calls += len(history.steps)
             if on_run is not None:
@@ -1211,15 +1438,38 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
                 key, race, violations = found
                 size = len(history.steps)
 
+                #: the smallest failing run so far, and the candidate plan last run (with its tries so far)
+                best, trying = [plan, history], [None, 0]
+
                 def rerun(candidate: Plan) -> Trace:
+                    trying[:] = [candidate, trying[1] + 1 if candidate == trying[0] else 1]
+                    used = scheduler("run", run, "shrink", len(attempts))
+                    if used is not None and trying[1] == 1:  # first, the failing schedule carried over
+                        used = replaying(carried(best[1].header.schedule, list(best[0].rounds),
+                                                 list(candidate.rounds)))
                     attempts.append(execute(target.system, hello, candidate, timeout=timeout, driver=target.driver,
-                                            trace_id=history.trace_id))
+                                            trace_id=history.trace_id, scheduler=used))
                     return attempts[-1]
 
                 def keeps(attempt: Trace, found: tuple[Violation, ...]) -> bool:
-                    return key in classify(attempt, found, release)
+                    if kept := key in classify(attempt, found, release):
+                        best[:] = [trying[0], attempt]
+                    return kept
 
-                _, shrunk, _ = shrink(rerun, plan, history, violations, budget_s=shrink_budget_s, keeps=keeps)
+                #: under the scheduler shrinking is bounded by a count of runs, so it ends alike on any machine
+                counted = (None if scheduling is None else
+                           lambda: len(attempts) > CONTROLLED_SHRINK_RUNS * shrink_budget_s / SHRINK_BUDGET_S)
+                _, shrunk, _ = shrink(rerun, plan, history, violations, budget_s=shrink_budget_s, keeps=keeps,
+                                      spent=counted,
+                                      **({} if scheduling is None else {"max_attempts": CONTROLLED_ATTEMPTS}))
+                if scheduling is not None:
+                    def replay(schedule: Schedule) -> Trace:
+                        attempts.append(execute(target.system, hello, scheduled_plan(shrunk), timeout=timeout,
+                                                driver=target.driver, trace_id=shrunk.trace_id,
+                                                scheduler=replaying(schedule)))
+                        return attempts[-1]
+
+                    shrunk = shrink_schedule(replay, shrunk, keeps, spent=counted)
                 record(shrunk, key, race, size if size > len(shrunk.steps) else None)
             aborted = after(attempts)
     finally:
@@ -1232,7 +1482,8 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
     return ConcurrentResult(
         not failing and aborted is None, seed, hello.implementation, threads, run, calls, time.monotonic() - started,
         first and first.history, first.violations if first else (), first and first.path, measured, played,
-        first and first.shrunk_from, failures, findings, tuple(notes), aborted)
+        first and first.shrunk_from, failures, findings, tuple(notes), aborted, explored,
+        lock_sides(hello.declarations.kafka_version, explored.reached) if explored is not None else ())
 
 
 def history_table(history: Trace, violations: tuple[Violation, ...], context: int | None = 3) -> Table:
@@ -1273,6 +1524,36 @@ def render(history: Trace, violations: tuple[Violation, ...]) -> str:
     return console.file.getvalue()
 
 
+@attrs.frozen
+class LockSide:
+    """A lock change of Kafka's (`model.releases`, a rule with a ``point``) as a controlled check saw it: whether
+    its point was reached, and whether the declared release ships that side."""
+
+    rule: Rule
+    reached: bool
+    shipped: bool
+
+    def __str__(self) -> str:
+        side = "after" if self.reached else "before"
+        seen = f"{'reached' if self.reached else 'never reached'} '{self.rule.point}'"
+        if self.reached == self.shipped:
+            return f"{self.rule.ticket} ({self.rule.title}): {side}, as declared ({seen})"
+        return f"{self.rule.ticket} ({self.rule.title}): other side of the declared release ({seen})"
+
+
+def lock_sides(kafka_version: str | None, reached: frozenset[str]) -> tuple[LockSide, ...]:
+    """The lock changes a controlled check of a system declaring ``kafka_version`` tells apart (none for a system
+    that declares no release: its locks are its own)."""
+    if kafka_version is None:
+        return ()
+    return tuple(LockSide(rule, rule.point in reached, point_shown(rule, kafka_version))
+                 for rule in RULES if rule.point is not None)
+
+
+#: how many of the switch points reached a report lists
+SHOWN_POINTS = 24
+
+
 def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on_findings: bool = False) -> None:
     def plain(text: str) -> None:
         """Paths, commands and the system's own words: never styled or wrapped."""
@@ -1283,15 +1564,24 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on
                    "findings", "time", "verdict"):
         table.add_column(column)
     measured = result.overlap
-    table.add_row(str(result.threads), "no gates" if result.schedules is None else str(result.schedules),
+    played = ("scheduler" if result.interleavings is not None else "no gates" if result.schedules is None
+              else str(result.schedules))
+    table.add_row(str(result.threads), played,
                   str(result.runs), f"{result.calls:,}", f"{measured.fraction:.0%}" if measured.calls else "-",
                   str(measured.most) if measured.calls else "-", str(len(result.failures)),
                   str(len(result.findings)), f"{result.elapsed_s:.1f} s",
                   "[green]pass[/]" if result.passed else "[bold red]FAIL[/]")
     console.print(table)
     plain(f"random runs' {measured}")
+    if result.interleavings is not None:
+        plain(str(result.interleavings))
+        reached = sorted(result.interleavings.reached)
+        plain("switch points reached: " + ", ".join(reached[:SHOWN_POINTS])
+              + (f", … ({len(reached) - SHOWN_POINTS} more)" if len(reached) > SHOWN_POINTS else ""))
+        for side in result.lock_sides:
+            plain(f"lock rule {side}")
     for name, note in result.schedule_notes:
-        plain(f"race schedule {name}: {note}")
+        plain(f"race schedules: {note}" if name == "all" else f"race schedule {name}: {note}")
     for report in result.findings + result.failures:
         failing = report.finding is None or fail_on_findings
         console.rule(f"[bold {'red' if failing else 'yellow'}]purgatory (concurrent): "
@@ -1300,6 +1590,10 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on
             plain(str(report.finding))
         if report.shrunk_from is not None:
             plain(f"shrunk from {report.shrunk_from} to {len(report.history.steps)} calls")
+        if (schedule := report.history.header.schedule) is not None:
+            switches = len(schedule.switches)
+            plain(f"schedule: {schedule.strategy} seed {schedule.seed}, {switches} switch{'' if switches == 1 else 'es'} "
+                  f"from the default order; replay it: kpurgatory replay {report.path or 'HISTORY.jsonl'}")
         console.print(violations_table(report.violations))
         console.print(history_table(report.history, report.violations))
         plain(f"met again in {report.repeats} later {'history' if report.repeats == 1 else 'histories'}")
@@ -1317,18 +1611,23 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on
 
 def check_concurrently(factory: Callable[[], SystemUnderTest], *, threads: int, runs: int, steps: int, seed: int,
                        timeout: float, out: Path, rerun: str, max_failures: int = MAX_FAILURES,
-                       fail_on_findings: bool = False, corpus: Path | None = None) -> ConcurrentResult:
+                       fail_on_findings: bool = False, corpus: Path | None = None,
+                       scheduling: Scheduling | None = None) -> ConcurrentResult:
     """`kpurgatory check --threads N`: the concurrent check with a progress bar and the report."""
     console = command_console()
-    console.print(f"checking concurrently: the race schedules, then {runs} runs of {steps} rounds, each round "
-                  f"{threads} worker threads (one or two calls in flight each) and a clock thread started together; "
-                  f"seed {seed}", markup=False, highlight=False)
+    if scheduling is None:
+        how = (f"the race schedules, then {runs} runs of {steps} rounds, each round {threads} worker threads (one or "
+               f"two calls in flight each) and a clock thread started together")
+    else:
+        how = (f"{runs} runs of {steps} rounds, each round {threads} worker threads (one or two calls each) and a "
+               f"clock thread, one at a time under {scheduling}")
+    console.print(f"checking concurrently: {how}; seed {seed}", markup=False, highlight=False)
     with Progress(TextColumn("purgatory (concurrent)"), BarColumn(), MofNCompleteColumn(),
                   TextColumn("{task.fields[calls]:,} calls"), TimeElapsedColumn(), console=console) as progress:
         task = progress.add_task("runs", total=runs, calls=0)
         result = run_concurrent_check(factory, threads=threads, runs=runs, steps=steps, seed=seed, timeout=timeout,
                                       out_dir=out, max_failures=max_failures, fail_on_findings=fail_on_findings,
-                                      corpus=corpus,
+                                      corpus=corpus, scheduling=scheduling,
                                       on_run=lambda done, calls: progress.update(task, completed=done, calls=calls))
     print_result(console, result, rerun, fail_on_findings)
     return result
@@ -1347,6 +1646,48 @@ def failure_text(result: ConcurrentResult) -> str:
                      + [f"--- {label(report.signature)}" + (f" ({report.path})" if report.path else "") + "\n"
                         + render(report.history, report.violations) for report in reports])
     return text or result.aborted or "failed"
+
+
+def replay_schedules(files: dict[Path, list[Trace]], impl: str | None, adapter: str | None, timeout: float,
+                     fail_on_findings: bool = False) -> int:
+    """`kpurgatory replay` of histories a controlled scheduler ran: each run again under its schedule on a fresh
+    system (--impl or --adapter; by default the built-in implementation that recorded it), compared with the recording call by call
+    and checked. Returns the exit code: 0 every replay passes (Kafka findings aside, unless ``fail_on_findings``),
+    1 one breaks a property, 2 the system cannot be scheduled."""
+    from kpurgatory.conformance.adapters import BUILTIN, BUILTIN_PYTHON, system_factory
+    from kpurgatory.conformance.adapters.builtin import PythonAdapter
+
+    console = command_console()
+    failed = 0
+    for trace in (trace for traces in files.values() for trace in traces):
+        built_in = BUILTIN_PYTHON if trace.header.implementation == PythonAdapter().hello().implementation else BUILTIN
+        system = system_factory(None if adapter else impl or built_in, adapter, timeout)()
+        try:
+            hello = system.hello()
+            if not getattr(system, "controllable", False):
+                click.echo(f"Error: {safe(hello.implementation)} cannot run under a controlled scheduler: "
+                           f"{uncontrollable(system)}", err=True)
+                return 2
+            again, differs = replay_history(system, hello, trace, timeout=timeout)
+        finally:
+            system.close()
+        schedule = trace.header.schedule
+        switches = len(schedule.switches)
+        console.print(f"{markup(trace.trace_id)}: replayed under its schedule ({markup(schedule.strategy)} seed "
+                      f"{schedule.seed}, {switches} switch{'' if switches == 1 else 'es'}): "
+                      + ("the same history, call for call" if differs is None else
+                         f"[yellow]differs from the recording from step {differs.seq}[/] "
+                         f"({markup(format_command(differs.command))})"))
+        violations = tuple(check_history(again))
+        races = [kafka_race(violation, again, again.header.declarations.release) for violation in violations]
+        failing = sum(race is None for race in races)
+        console.print(f"  {len(again.steps)} calls: " + ("[green]pass[/]" if not violations else
+                      f"[bold red]FAIL[/] ({failing} violations)" if failing else "[yellow]Kafka findings[/]"))
+        if violations:
+            console.print(violations_table(violations))
+            console.print(history_table(again, violations))
+        failed += bool(failing or violations and fail_on_findings)
+    return 1 if failed else 0
 
 
 @click.command("check-history")

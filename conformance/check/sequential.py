@@ -50,6 +50,8 @@ from kpurgatory.conformance.cli import Interrupted
 from kpurgatory.conformance.check.findings import Finding, Signature
 from kpurgatory.conformance.check.choices import ConjectureChoices
 from kpurgatory.conformance.check.workers import judge_run, judged_runs, merge
+from kpurgatory.conformance.check.scheduler import DEPTH, GRANULARITIES, STRATEGIES, Scheduling
+from kpurgatory.conformance.check.concurrent import uncontrollable
 from kpurgatory.conformance.check.machine import (BREAKS, FINDING_SHRINK_BUDGET, HANG_BUDGET, REFERENCE_BROKE, SHRINK_BUDGET,
                                                   Abort, Cut, Divergence, Drawn, ReferenceBroke, Session, Stop,
                                                   draw_run, judge, minimise, rerun)
@@ -638,11 +640,16 @@ def target_flags(impl: str | None, adapter: str | None, level: str) -> str:
 
 
 def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads, max_failures,
-                 fail_on_findings, corpus) -> None:
+                 fail_on_findings, corpus, scheduling) -> None:
     """``kpurgatory check --threads N``: refuse what the concurrent check cannot do, then run it and exit."""
     if profile == "timer":
         raise click.UsageError("--threads checks the purgatory profile: drop --profile timer")
     factory = system_factory(impl, adapter, timeout)
+    if scheduling is not None and (reason := uncontrollable_system(factory)):
+        raise click.UsageError(f"--scheduler cannot run {reason}")
+    if scheduling is not None and adapter and scheduling.granularity != "sync":
+        raise click.UsageError("--granularity calls switches at Python calls: in process only; an adapter's "
+                               "scheduler stops at its synchronisation points (--granularity sync)")
     seed = random.randrange(2**32) if seed is None else seed
     if adapter:
         try:
@@ -658,15 +665,28 @@ def concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, ju
     from kpurgatory.conformance.check.concurrent import check_concurrently, exit_code, failure_text
 
     rerun = (f"kpurgatory check {target_flags(impl, adapter, 'exact')} --threads {threads} --examples {examples} "
-             f"--steps {steps} --seed {seed}")
+             f"--steps {steps} --seed {seed}{scheduling.flags() if scheduling is not None else ''}")
     result = check_concurrently(factory, threads=threads, runs=examples, steps=steps, seed=seed, timeout=timeout,
                                 out=out, rerun=rerun, max_failures=max_failures, fail_on_findings=fail_on_findings,
-                                corpus=corpus)
+                                corpus=corpus, scheduling=scheduling)
     code = exit_code(result)
     report_junit(junit, [CheckResult(result.passed, "purgatory", "concurrent", seed, result.implementation,
                                      result.runs, result.calls, 0, {}, result.elapsed_s, broken=code == 3,
                                      failure_summary=failure_text(result))])
     sys.exit(code)
+
+
+def uncontrollable_system(factory: Callable[[], SystemUnderTest]) -> str | None:
+    """Why a controlled scheduler cannot run the system, naming it (None: it can; it says so after its hello,
+    ``controllable``)."""
+    system = factory()
+    try:
+        hello = system.hello()
+        if getattr(system, "controllable", False):
+            return None
+        return f"{safe(hello.implementation)}: {uncontrollable(system)}"
+    finally:
+        system.close()
 
 
 def introduce(factory: Callable[[], SystemUnderTest]) -> Hello:
@@ -747,8 +767,20 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
               help="A folder of failing runs shared between checks: its runs of the profile are replayed at this "
                    "check's level (with --threads: as plans of the concurrent check) before any is generated, and "
                    "each failure and finding a check without --threads finds is added to it.")
+@click.option("--scheduler", type=click.Choice(STRATEGIES),
+              help="With --threads: run every run under a controlled scheduler that lets one thread run at a time "
+                   "and chooses who goes on at each lock (pct: probabilistic concurrency testing; random: a random "
+                   "walk). The same --seed replays the same interleavings; a failure is written with its schedule, "
+                   "which `kpurgatory replay` replays. In process, or through an adapter that lists the 'scheduler' feature.")
+@click.option("--granularity", type=click.Choice(GRANULARITIES), default="sync", show_default=True,
+              help="With --scheduler: switch threads only at synchronisation points (sync), or at the system's "
+                   "function calls too (calls: finds races in code no lock guards, at more points per run).")
+@click.option("--depth", type=click.IntRange(1, 16), default=DEPTH, show_default=True,
+              help="With --scheduler pct: the bug depth PCT aims at (its priority change points plus one).")
+@click.option("--switch-bound", type=click.IntRange(0), help="With --scheduler random: at most this many switches "
+                                                                "from the default order per run.")
 def check_command(impl, adapter, timeout, level, profile, examples, steps, seed, out, junit, threads, max_failures,
-                  fail_on_findings, jobs, shrink_budget, corpus):
+                  fail_on_findings, jobs, shrink_budget, corpus, scheduler, granularity, depth, switch_bound):
     """Check an implementation against the model with generated runs (the built-in one by default).
 
     Hypothesis drives the model and the implementation side by side; on a failure it shrinks the run to a minimal
@@ -776,9 +808,12 @@ def check_command(impl, adapter, timeout, level, profile, examples, steps, seed,
             shared.load(corpus, v.PROFILES[0])  # reads every file: a bad one is bad input, before anything runs
         except TraceFormatError as error:
             raise click.BadParameter(str(error), param_hint="--corpus") from None
+    if scheduler is not None and threads < 2:
+        raise click.UsageError("--scheduler schedules the threads of the concurrent check: add --threads N (N >= 2)")
     if threads > 1:
+        scheduling = None if scheduler is None else Scheduling(scheduler, depth, switch_bound, granularity)
         concurrently(impl, adapter, timeout, profile, examples, steps, seed, out, junit, threads, max_failures,
-                     fail_on_findings, corpus)
+                     fail_on_findings, corpus, scheduling)
     factory = system_factory(impl, adapter, timeout)
     seed = random.randrange(2**32) if seed is None else seed
     started = time.monotonic()

@@ -26,9 +26,11 @@ import attrs
 import click
 from rich.table import Table
 
-from kpurgatory.conformance.adapters import BUILTIN, load_factory
+from kpurgatory.conformance.adapters import BUILTIN, BUILTIN_PYTHON, load_factory
 from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
 from kpurgatory.conformance.adapters.sut import SystemUnderTest
+from kpurgatory.conformance.check.concurrent import run_concurrent_check
+from kpurgatory.conformance.check.scheduler import Scheduling
 from kpurgatory.conformance.check.sequential import introduce, run_check
 from kpurgatory.conformance.terminal import command_console, markup
 
@@ -79,6 +81,28 @@ def measure(way: Way, examples: int, seed: int) -> list[Measured]:
     return rows
 
 
+def measure_concurrent(name: str, factory: Callable[[], SystemUnderTest], threads: int, runs: int, seed: int,
+                       scheduling: Scheduling | None) -> Measured:
+    """The concurrent check of ``factory``'s system (racing threads, or under ``scheduling``): calls, not steps."""
+    before = cpu_seconds()
+    result = run_concurrent_check(factory, threads=threads, runs=runs, steps=CONCURRENT_ROUNDS, seed=seed,
+                                  scheduling=scheduling)
+    verdict = "pass" if result.passed else f"{len(result.failures)} failures"
+    return Measured(name, "purgatory", result.calls, cpu_seconds() - before, result.elapsed_s, verdict)
+
+
+#: rounds per run of the concurrent rows
+CONCURRENT_ROUNDS = 30
+
+
+def concurrent_ways() -> list[tuple[str, Callable[[], SystemUnderTest], Scheduling | None]]:
+    """The concurrent check in process: threads racing, on either implementation, and under the scheduler."""
+    compiled, python = load_factory(BUILTIN), load_factory(BUILTIN_PYTHON)
+    return [("racing threads (compiled)", compiled, None), ("racing threads (python)", python, None),
+            *((f"scheduled: {scheduling} (python)", python, scheduling)
+              for scheduling in (Scheduling("pct"), Scheduling("random"), Scheduling("random", granularity="calls")))]
+
+
 def ways(kafka: str | None, build_dir: Path) -> list[Way]:
     """Every way in this machine has the tools for; a driver whose toolchain is missing is left out."""
     python_adapter = shlex.join([sys.executable, "-m", "kpurgatory.conformance.adapters.stdio",
@@ -106,15 +130,32 @@ def ways(kafka: str | None, build_dir: Path) -> list[Way]:
                                                  "--kafka does).")
 @click.option("--examples", type=click.IntRange(1), default=200, show_default=True, help="Runs per profile.")
 @click.option("--seed", type=click.IntRange(0), default=1, show_default=True)
-def check_bench_command(kafka, examples, seed):
+@click.option("--threads", type=click.IntRange(2, 64), help="Measure the concurrent check instead (--examples runs of "
+                                                           "this many threads): calls per CPU-second of threads "
+                                                           "racing and under the controlled scheduler.")
+def check_bench_command(kafka, examples, seed, threads):
     """Steps per CPU-second of `kpurgatory check` through each way into a system, side by side in one run.
 
     CPU time of the whole process tree (this process and each adapter with all it starts, measured when the
     adapter is reaped), per profile: in process, the Python stdio adapter, a Kafka release's JVM adapter with
     --kafka, and the stdio servers of the Go driver and node's example adapter where go and node are installed and
-    their examples are at hand (a checkout)."""
+    their examples are at hand (a checkout). With --threads, the concurrent check in process instead: threads
+    racing on either implementation, and the pure-Python one under the controlled scheduler's strategies."""
     console = command_console()
     rows: list[Measured] = []
+    if threads is not None:
+        for name, factory, scheduling in concurrent_ways():
+            console.print(f"checking concurrently: {markup(name)} …")
+            rows.append(measure_concurrent(name, factory, threads, examples, seed, scheduling))
+        table = Table(title=f"kpurgatory check --threads {threads}, {examples} runs of {CONCURRENT_ROUNDS} rounds, "
+                            f"seed {seed}: calls per CPU-second")
+        for column in ("threads", "verdict", "calls", "CPU s", "wall s", "calls / CPU s", "vs racing (python)"):
+            table.add_column(column, justify="left" if column in ("threads", "verdict") else "right")
+        for row in rows:
+            table.add_row(markup(row.way), markup(row.verdict), f"{row.steps:,}", f"{row.cpu_s:.2f}",
+                          f"{row.wall_s:.2f}", f"{row.rate:,.0f}", f"{row.rate / rows[1].rate:.2f}")
+        console.print(table)
+        return
     with tempfile.TemporaryDirectory(prefix="kpurgatory-check-bench-") as build:
         for way in ways(kafka, Path(build)):
             console.print(f"checking through {markup(way.name)} …")

@@ -447,6 +447,35 @@ class Header:
     declarations: Declarations = KAFKA
     #: a test vector's header (specs/vectors.md): its kind, the coverage items it reaches, its finding and rule
     vector: dict | None = attrs.field(default=None, hash=False)
+    #: a concurrent history run under a controlled scheduler: the interleaving, which replays it
+    schedule: Schedule | None = None
+
+
+@attrs.frozen
+class Schedule:
+    """The interleaving of a run under a controlled scheduler (`kpurgatory.conformance.check.scheduler`):
+    ``strategy`` and ``seed`` chose it, switching where ``granularity`` let it; ``switches`` are
+    ``(round, point, thread)``: at the ``point``-th
+    synchronisation point (from 1) of round ``round`` (from 0), ``thread`` went on instead of the default one (the
+    running thread while it could go on, else the first ready one). ``rounds`` lists, per round, the seqs of its
+    calls; each ran on a thread of its own, numbered from 0 in that order (the drain's calls follow, a round of one
+    thread)."""
+
+    strategy: str
+    seed: int
+    switches: tuple[tuple[int, int, int], ...] = attrs.field(converter=lambda items: tuple(map(tuple, items)))
+    rounds: tuple[tuple[int, ...], ...] = attrs.field(default=(), converter=lambda rounds: tuple(map(tuple, rounds)))
+    #: where threads could switch: ``sync`` (locks, the compare-and-set, waits) or ``calls`` (function calls too)
+    granularity: str = "sync"
+
+    def to_json(self) -> dict:
+        return {"strategy": self.strategy, "seed": self.seed, "granularity": self.granularity,
+                "switches": [list(switch) for switch in self.switches], "rounds": [list(seqs) for seqs in self.rounds]}
+
+    @classmethod
+    def from_json(cls, document: dict) -> Schedule:
+        return cls(document["strategy"], document["seed"], document["switches"], document["rounds"],
+                   document["granularity"])
 
 
 @attrs.frozen
@@ -528,6 +557,8 @@ def header_line(header: Header) -> dict:
         body["declarations"] = declarations_to_json(header.declarations)
     if header.vector is not None:
         body["vector"] = header.vector
+    if header.schedule is not None:
+        body["schedule"] = header.schedule.to_json()
     return {"trace": header.trace_id, "seq": 0, "header": body}
 
 
@@ -580,7 +611,8 @@ def parse_line(document: object) -> Header | tuple[str, Step]:
         except CommandError as error:  # in the schema's ranges but outside the model's domain
             raise ValueError(f"header.params: {error}") from None
         return Header(document["trace"], body["profile"], params, body["implementation"], body.get("description"),
-                      body.get("threads"), declarations_from_json(body.get("declarations", {})), body.get("vector"))
+                      body.get("threads"), declarations_from_json(body.get("declarations", {})), body.get("vector"),
+                      Schedule.from_json(body["schedule"]) if "schedule" in body else None)
     if document.get("cmd") == "init":
         raise ValueError("cmd 'init' belongs to the protocol; in a trace the header line carries the params")
     validate("step_line", document)

@@ -138,21 +138,23 @@ class StepChecker:
         return failures
 
 
-CONCURRENT_HISTORY = ("a concurrent history has no order to replay its steps in; check it with "
-                      "`kpurgatory check-history`")
+CONCURRENT_HISTORY = ("a concurrent history has no order to replay its steps in unless a controlled scheduler ran it "
+                      "(its header has a schedule); check it with `kpurgatory check-history`")
 SEQUENTIAL_TRACE = "not a concurrent history (no threads in the header); replay it with `kpurgatory replay`"
 
 
 def read_for_command(paths, *, concurrent: bool) -> dict[Path, list[Trace]]:
-    """The traces of PATHS, for a command that takes one kind only: sequential traces (replay) or concurrent
-    histories (check-history). Malformed input, or a trace of the other kind, exits 2 naming it."""
+    """The traces of PATHS, for a command that takes one kind only: sequential traces (replay, which also takes
+    the concurrent histories a controlled scheduler ran) or concurrent histories (check-history). Malformed input,
+    or a trace of the other kind, exits 2 naming it."""
     try:
         files = {path: read_traces(path) for path in paths}
     except TraceFormatError as error:
         click.echo(f"Error: {safe(error)}", err=True)
         sys.exit(2)
     if wrong := [trace.trace_id for traces in files.values() for trace in traces
-                 if (trace.header.threads is not None) != concurrent]:
+                 if (trace.header.threads is not None) != concurrent
+                 and not (not concurrent and trace.header.schedule is not None)]:
         click.echo(f"Error: {safe(', '.join(wrong))}: {SEQUENTIAL_TRACE if concurrent else CONCURRENT_HISTORY}",
                    err=True)
         sys.exit(2)
@@ -442,11 +444,25 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps, fail_on_fin
     """Replay TRACES against the model (and --impl/--adapter); print a step table and a verdict. A file with a
     failing trace gets its page (`kpurgatory view`) next to it, as FILE.html.
 
+    A concurrent history written by `kpurgatory check --threads N --scheduler S` is run again under its schedule
+    against --impl (by default the built-in pure-Python implementation): the same interleaving, compared with the
+    recorded history call by call, then checked as `kpurgatory check-history` checks one.
+
     Exits 0 when every step agrees with the model (or a failure is a Kafka finding, unless --fail-on-findings), 1 on
     a divergence, 2 on malformed input or a trace the system cannot run (it uses a command the system's hello lists
     as unsupported: the trace is skipped, and says so), 3 when the system under test broke (crashed, hung, wrote
     garbage)."""
     files = read_for_command(traces, concurrent=False)
+    scheduled = {path: [trace for trace in traces_of_file if trace.header.schedule is not None]
+                 for path, traces_of_file in files.items()}
+    if any(scheduled.values()):
+        if len(scheduled) != len(files) or any(len(scheduled[path]) != len(files[path]) for path in files):
+            click.echo("Error: replay the concurrent histories a controlled scheduler ran apart from sequential "
+                       "traces", err=True)
+            sys.exit(2)
+        from kpurgatory.conformance.check.concurrent import replay_schedules
+
+        sys.exit(replay_schedules(scheduled, impl, adapter, timeout, fail_on_findings))
     loaded = [trace for traces_of_file in files.values() for trace in traces_of_file]
     from kpurgatory.conformance.traces.view import view_failures  # the view imports this module
 

@@ -258,7 +258,29 @@ def scheduled(model: Model, command: v.TimerAdd | v.Watch, observation: v.Observ
 # ---------------------------------------------------------------------------------------------------------------
 
 #: bits of a call's flags
-COMPLETES, EXPIRES, VIOLATES, FAILED = 1, 2, 4, 8
+COMPLETES, EXPIRES, VIOLATES, FAILED, SWITCHED = 1, 2, 4, 8, 16
+
+
+def switches(trace: Trace) -> tuple[dict[int, list[str]], list[str]]:
+    """A scheduled history's switches: by the seq of the call each let go on, what it says; and one line each, in
+    order ("round 2, point 3: w1's check(key=k0) went on instead of the default")."""
+    schedule = trace.header.schedule
+    if schedule is None:
+        return {}, []
+    by_seq = {step.seq: step for step in trace.steps}
+    named: dict[int, list[str]] = {}
+    lines = []
+    for round_, point, thread in schedule.switches:
+        seqs = schedule.rounds[round_] if round_ < len(schedule.rounds) else ()
+        if thread >= len(seqs):
+            lines.append(f"round {round_}, point {point}: thread {thread} went on (the drain)")
+            continue
+        step = by_seq[seqs[thread]]
+        said = (f"round {round_}, point {point}: call {step.seq} ({step.timing.thread}'s "
+                f"{format_command(step.command)}) went on")
+        named.setdefault(step.seq, []).append(said)
+        lines.append(said)
+    return named, lines
 
 
 def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | None = None,
@@ -269,6 +291,7 @@ def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | N
     if violations is None:
         violations = concurrent.check_history(trace) if check else ()
     named = {seq for violation in violations for seq in violation.seqs}
+    switched, switch_lines = switches(trace)
     lanes = list(dict.fromkeys(step.timing.thread for step in trace.steps))
     lane_of = {thread: index for index, thread in enumerate(lanes)}
     kinds = list(v.COMMANDS)
@@ -280,7 +303,8 @@ def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | N
         flags = ((COMPLETES if any(isinstance(e, v.Complete) for e in events) else 0) |
                  (EXPIRES if any(isinstance(e, v.Expire) for e in events) else 0) |
                  (VIOLATES if step.seq in named else 0) |
-                 (FAILED if timing.failure is not None or timing.returned is None else 0))
+                 (FAILED if timing.failure is not None or timing.returned is None else 0) |
+                 (SWITCHED if step.seq in switched else 0))
         answer = (f"raised {timing.failure}" if timing.failure else "never returned" if timing.returned is None
                   else format_observation(step.observation))
         for name, value in (("lane", lane_of[timing.thread]), ("invoked", timing.invoked),
@@ -294,6 +318,9 @@ def concurrent_view(trace: Trace, violations: Sequence[concurrent.Violation] | N
             "description": trace.header.description or "", "threads": trace.header.threads,
             "params": {name: str(value) for name, value in attrs.asdict(trace.header.params).items()},
             "lanes": lanes, "kinds": kinds, "end": end, "calls": columns, "checked": checked,
+            "schedule": None if trace.header.schedule is None else {
+                "strategy": trace.header.schedule.strategy, "seed": trace.header.schedule.seed,
+                "granularity": trace.header.schedule.granularity, "switches": switch_lines},
             "violations": [{"property": violation.property, "words": words.get(violation.property, ""),
                             "message": violation.message, "seqs": list(violation.seqs)} for violation in violations]}
 

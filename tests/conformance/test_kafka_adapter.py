@@ -4,6 +4,7 @@ and private field names, since CI cannot download Kafka. The same adapter runs a
 
 import json
 import os
+import re
 import select
 import shutil
 import subprocess
@@ -75,7 +76,7 @@ def test_hello_names_the_kafka_build_and_lists_both_profiles_and_every_feature(a
     assert process.wait(10) == 0
     assert hello["profiles"] == ["timer", "purgatory"]
     assert set(hello["features"]) == {"concurrent", "barrier", "gates", "wheel", "watcher_keys", "delay_queue",
-                                      "batch"}
+                                      "batch", "scheduler"}
     assert adapter.split()[-1] in hello["implementation"]
 
 
@@ -113,20 +114,64 @@ def test_the_concurrent_check_and_its_race_schedules_pass_through_kafkas_locks(a
     assert "ran while another did" in result.output
 
 
-def test_a_build_whose_check_tries_completed_ops_is_caught_by_a_race_schedule(tmp_path):
-    """KAFKA-17848's guard removed: safeTryComplete calls tryComplete even on an op that completed (under its lock)
-    while the check waited for that lock. Only a race shows it; a schedule makes that race happen every time."""
+def test_under_the_scheduler_the_adapters_threads_stop_at_kafkas_op_locks(adapter, tmp_path):
+    result = CliRunner().invoke(main, ["check", "--adapter", adapter, "--threads", "4", "--scheduler", "pct",
+                                       "--examples", "3", "--steps", "20", "--seed", "1", "--out", str(tmp_path)],
+                                terminal_width=300)
+    assert result.exit_code == 0, result.output
+    reached = next(line for line in result.output.splitlines() if line.startswith("switch points reached: "))
+    assert "acquire op in safeTryComplete" in reached and "3 distinct under PCT" in result.output
+
+
+def without_times(history: str) -> str:
+    """A history file without the execution times its adapter measured."""
+    return re.sub(r',"exec_ns":\[\d+,\d+\]', "", history)
+
+
+def unguarded(tmp_path: Path) -> str:
+    """An adapter over the stand-ins with KAFKA-17848's guard removed: safeTryComplete calls tryComplete even on an
+    op that completed (under its lock) while the check waited for that lock."""
     sources = tmp_path / "standins"
     shutil.copytree(ADAPTER_DIR / "standins", sources)
     operation = sources / "org/apache/kafka/server/purgatory/DelayedOperation.java"
     guarded = "return !isCompleted() && tryComplete();"
     assert guarded in operation.read_text()
     operation.write_text(operation.read_text().replace(guarded, "return tryComplete();"))
-    result = CliRunner().invoke(main, ["check", "--adapter", over(sources, tmp_path / "classes"), "--threads", "4",
+    return over(sources, tmp_path / "classes")
+
+
+def test_a_build_whose_check_tries_completed_ops_is_caught_by_a_race_schedule(tmp_path):
+    """Only a race shows the missing guard; a schedule makes that race happen every time."""
+    result = CliRunner().invoke(main, ["check", "--adapter", unguarded(tmp_path), "--threads", "4",
                                        "--examples", "1", "--seed", "1", "--out", str(tmp_path / "out")],
                                 terminal_width=200)
     assert result.exit_code == 1, result.output
     assert "(KAFKA-17848)" in result.output
+
+
+@pytest.mark.slow
+def test_under_the_scheduler_a_seed_gives_the_same_interleavings_and_a_failure_replays_call_for_call(adapter,
+                                                                                                     tmp_path):
+    """The adapter's threads run one at a time at the harness's go, stopping at the op locks: the same seed twice
+    gives the same interleavings (the digest of every run's), the missing guard is caught, and the written history,
+    replayed through the same adapter, is the same history, call for call; through the guarded one it passes."""
+    broken = unguarded(tmp_path)
+    outputs = [CliRunner().invoke(main, ["check", "--adapter", broken, "--threads", "4", "--scheduler", "random",
+                                         "--examples", "30", "--steps", "20", "--seed", "0", "--out",
+                                         str(tmp_path / f"out{attempt}")], terminal_width=200)
+               for attempt in range(2)]
+    for result in outputs:
+        assert result.exit_code == 1, result.output
+        assert "(KAFKA-17848)" in result.output
+    digests = [line for result in outputs for line in result.output.splitlines() if "(digest " in line]
+    assert len(digests) == 2 and digests[0] == digests[1]
+    [history] = (tmp_path / "out0").glob("*.jsonl")
+    [again] = (tmp_path / "out1").glob("*.jsonl")
+    assert without_times(again.read_text()) == without_times(history.read_text())
+    replayed = CliRunner().invoke(main, ["replay", str(history), "--adapter", broken], terminal_width=200)
+    assert replayed.exit_code == 1 and "the same history, call for call" in replayed.output, replayed.output
+    fixed = CliRunner().invoke(main, ["replay", str(history), "--adapter", adapter], terminal_width=200)
+    assert fixed.exit_code == 0 and "differs from the recording" in fixed.output, fixed.output
 
 
 def test_a_start_barrier_holds_its_requests_until_every_party_arrived(adapter):

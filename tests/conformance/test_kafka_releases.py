@@ -133,8 +133,10 @@ def test_hello_names_and_declares_the_release(release):
               {"count": 1, "hash": "none"})  # KAFKA-6431: 512 watch lists, by the key's hashCode
     assert hello["declarations"] == {"kafka_version": version, "watcher_shards": shards}
     assert hello["profiles"] == ["timer", "purgatory"]
+    # the op lock is a field the scheduler's lock can take from 0.11.0.2 on (KAFKA-5970); before, the op's monitor
+    scheduled = {"scheduler"} if kafka.version_key(version) >= (0, 11, 0, 2) else set()
     assert set(hello["features"]) == {"concurrent", "barrier", "gates", "wheel", "watcher_keys", "delay_queue",
-                                      "batch"}
+                                      "batch", *scheduled}
     assert hello.get("unsupported_commands", []) == ([] if has_cancel_for_key(version) else ["cancel_key"])
 
 
@@ -246,3 +248,26 @@ def test_0_9_passes_the_whole_corpus_but_the_rules_it_lacks():
     result = CliRunner().invoke(main, ["scenarios", "--kafka", "0.9.0.1"], terminal_width=200)
     assert result.exit_code == 0, result.output
     assert "other side of KAFKA-3470" in result.output
+
+
+@needs_tools
+@pytest.mark.parametrize("version", ["2.6.3", "2.7.2", "4.0.2", "4.1.2"])
+def test_a_controlled_check_tells_the_sides_of_kafkas_lock_changes_apart(version):
+    """Under the scheduler the op lock's points name how Kafka's methods take it: 2.6.3 tries it without blocking
+    (KAFKA-5970) and 2.7.2 waits for it again (KAFKA-8334); 4.1.2's forceComplete takes it and 4.0.2's does not
+    (KAFKA-19312). Each release is on its declared side of every such rule."""
+    from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
+    from kpurgatory.conformance.check.concurrent import run_concurrent_check
+    from kpurgatory.conformance.check.scheduler import Scheduling
+    from kpurgatory.model.releases import RULES, point_shown
+
+    command = kafka.adapter_command(version)
+    result = run_concurrent_check(lambda: SubprocessSystem(command), threads=4, runs=4, steps=30, seed=0,
+                                  scheduling=Scheduling("random"), shrink_budget_s=5)
+    assert not result.failures, result.failures
+    sides = {side.rule.ticket: side for side in result.lock_sides}
+    assert sides.keys() == {rule.ticket for rule in RULES if rule.point is not None} == {"KAFKA-5970", "KAFKA-19312"}
+    for side in sides.values():
+        assert side.reached == side.shipped == point_shown(side.rule, version), str(side)
+    assert sides["KAFKA-5970"].reached == (version == "2.6.3")
+    assert sides["KAFKA-19312"].reached == (version == "4.1.2")

@@ -7,7 +7,7 @@ const KIND_COLORS = {watch: "#0969da", set_ready: "#1b7c83", check: "#2da44e", c
   force: "#8250df", try: "#3192aa", cancel: "#953800", advance: "#e16f24", shutdown: "#24292f",
   timer_add: "#0969da", timer_cancel: "#953800"};
 const OTHER_COLOR = "#afb8c1";
-const COMPLETES = 1, EXPIRES = 2, VIOLATES = 4, FAILED = 8;
+const COMPLETES = 1, EXPIRES = 2, VIOLATES = 4, FAILED = 8, SWITCHED = 16;
 
 function el(tag, props, ...children) {
   const node = document.createElement(tag);
@@ -363,6 +363,12 @@ function showConcurrent(view, main) {
         : el("p", {}, view.checked ? "Every property holds on this history."
                                    : "Drawn unchecked (kpurgatory view --unchecked); kpurgatory check-history checks it.")),
     view.violations.length ? list : null,
+    view.schedule ? el("details", {id: "schedule"},
+      el("summary", {}, `run under a controlled scheduler: ${view.schedule.strategy}, seed ${view.schedule.seed}, `
+        + `switching at ${view.schedule.granularity === "calls" ? "locks and calls" : "locks"}; `
+        + `${view.schedule.switches.length} switch${view.schedule.switches.length === 1 ? "" : "es"} from the default order `
+        + "(◆ on the call each let go on); kpurgatory replay runs it again"),
+      el("ol", {}, view.schedule.switches.map((line) => el("li", {}, line)))) : null,
     el("div", {class: "toolbar"},
       el("button", {onclick: () => { axis.zoom((axis.left + axis.right) / 2, 0.5); draw(); }}, "+"),
       el("button", {onclick: () => { axis.zoom((axis.left + axis.right) / 2, 2); draw(); }}, "−"),
@@ -413,6 +419,7 @@ function showConcurrent(view, main) {
         if (w > 50) { ctx.fillStyle = "#fff"; ctx.fillText(calls.command[i].slice(0, Math.floor(w / 7)), x0 + 3, y + LANE / 2); }
         if (flags & COMPLETES) triangle(ctx, x1 - 1, y + 4, 4, "#1a7f37", 1);
         if (flags & EXPIRES) triangle(ctx, x1 - 1, y + LANE - 4, 4, "#e16f24", -1);
+        if (flags & SWITCHED) { ctx.fillStyle = "#8250df"; ctx.fillText("◆", x0 + 1, y + 4); }
         covered = x0 + 1;
       }
       ctx.restore();
@@ -457,6 +464,7 @@ function showConcurrent(view, main) {
     showTooltip(event, [`call ${i + 1} on ${view.lanes[l]}, logical time ${calls.invoked[i]} → ${calls.flags[i] & FAILED && calls.answer[i] === "never returned" ? "…" : calls.returned[i]}`,
                         calls.command[i], "→ " + calls.answer[i],
                         ...(calls.exec_ns[i] === null ? [] : [`executed in ${(calls.exec_ns[i] / 1000).toFixed(1)} µs`]),
+                        ...(view.schedule && calls.flags[i] & SWITCHED ? ["a switch of the schedule let it go on"] : []),
                         ...mine.map((violation) => `VIOLATES ${violation.property}: ${violation.message}`)].join("\n"));
   });
   canvas.addEventListener("mouseleave", hideTooltip);

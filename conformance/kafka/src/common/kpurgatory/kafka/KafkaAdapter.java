@@ -80,11 +80,17 @@ public final class KafkaAdapter {
     }
 
     private void serve(BufferedReader in) throws Exception {
+        Turns.out = this::answer;
         for (String line = in.readLine(); line != null; line = in.readLine()) {
             if (line.isBlank()) continue;
             Map<String, Object> request;
             try {
-                request = request(line);
+                Object parsed = Json.parse(line);
+                if (parsed instanceof Map<?, ?> note && note.get("go") instanceof Long seq) {  // a scheduler's go
+                    Turns.go(seq, Boolean.TRUE.equals(note.get("deadlock")));
+                    continue;
+                }
+                request = request(parsed);
             } catch (RuntimeException e) {
                 answer(failure(0L, e));
                 continue;
@@ -104,8 +110,7 @@ public final class KafkaAdapter {
     }
 
     @SuppressWarnings("unchecked")
-    private static Map<String, Object> request(String line) {
-        Object parsed = Json.parse(line);
+    private static Map<String, Object> request(Object parsed) {
         if (!(parsed instanceof Map)) throw new IllegalArgumentException("a request must be a JSON object");
         Map<String, Object> request = (Map<String, Object>) parsed;
         if (!(request.get("seq") instanceof Long)) throw new IllegalArgumentException("a request needs an integer seq");
@@ -136,7 +141,16 @@ public final class KafkaAdapter {
                     return;
                 }
             }
-            answer(handle(request));
+            if (Boolean.TRUE.equals(request.get("scheduled"))) {
+                Turns.begin(seq);
+                try {
+                    answer(handle(request));
+                } finally {
+                    Turns.end();
+                }
+            } else {
+                answer(handle(request));
+            }
         }));
     }
 
@@ -283,6 +297,7 @@ public final class KafkaAdapter {
         List<String> profiles = new ArrayList<>(List.of("timer"));
         if (ERA.canAdvancePurgatory()) profiles.add("purgatory");
         List<String> features = new ArrayList<>(List.of("concurrent", "barrier", "gates", "delay_queue", "batch"));
+        if (Turns.canControl()) features.add("scheduler");
         if (Timers.canReadWheel()) features.add("wheel");
         if (KafkaSystem.canReadWatcherKeys(ERA.purgatoryClass())) features.add("watcher_keys");
         Map<String, Object> hello = KafkaSystem.object("protocol_version", 1L, "implementation", implementation(),

@@ -131,7 +131,9 @@ final class KafkaSystem {
         Long readyOn = (Long) args.get("ready_on");
         Delayed op = ops.computeIfAbsent(id, created -> {
             if (delayMs == null) throw new BadRequest("the first watch of op " + id + " must give delay_ms");
-            return era.op(new Script(created, delayMs, readyOn), timer);
+            Delayed made = era.op(new Script(created, delayMs, readyOn), timer);
+            Turns.control(made);
+            return made;
         });
         Script script = op.script();
         if ((delayMs != null && delayMs != script.delayMs) || (readyOn != null && !readyOn.equals(script.readyOn)))
