@@ -1331,22 +1331,17 @@ def run_concurrent_check(system_factory: Callable[[], SystemUnderTest], *, threa
     aborted = played = None
     explored = Interleavings(scheduling) if scheduling is not None else None
     interleavings: set[str] = set()
-    #: PCT draws its change points from the points a run is expected to have: the last run's count
-    expected_points = 1000
-
     def scheduler(*origin: object) -> Scheduler | None:
         """The scheduler of a run, its seed drawn from the check's seed and where the run comes from (a run's
         number, a shrinking attempt's), so that no run's seed depends on how long another took to shrink."""
         if scheduling is None:
             return None
-        return scheduling.scheduler(random.Random(" ".join(map(str, (seed, *origin)))).randrange(2**32),
-                                    expected_points)
+        return scheduling.scheduler(random.Random(" ".join(map(str, (seed, *origin)))).randrange(2**32))
 
     def explore(history: Trace, used: Scheduler | None) -> None:
-        nonlocal explored, expected_points
+        nonlocal explored
         if used is not None:
             interleavings.add(used.interleaving)
-            expected_points = max(used.points, 1)
             explored = attrs.evolve(explored, distinct=len(interleavings), points=explored.points + used.points,
                                     switches=explored.switches + len(used.switches),
                                     reached=explored.reached | used.reached,

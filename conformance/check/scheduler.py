@@ -19,7 +19,8 @@ to a plan with fewer rounds or calls (`carried`): that is how a failing run is s
 Strategies: `RandomWalk` (a uniformly random ready thread at every point, up to ``bound`` switches) and `PCT`
 (Burckhardt et al., ASPLOS 2010: random thread priorities and ``depth - 1`` points where the running thread drops
 to the lowest priority; any bug that needs ``depth`` ordering constraints among ``n`` threads and ``k`` points is
-found by one run with probability at least 1 / (n k^(depth-1))).
+found by one run with probability at least 1 / (n k^(depth-1)); here applied round by round, so ``k`` is a round's
+points).
 
 Racy code between the locks (a find-or-create without its lock) needs more points: with ``calls`` granularity
 every Python function call the system's code makes, and the return of every C call (a dict's get, a list's
@@ -71,8 +72,11 @@ class Strategy:
 
     name: str
 
+    def round_started(self, points_before: int) -> None:
+        """A round starts; the one before had ``points_before`` points."""
+
     def started(self, thread: int) -> None:
-        pass
+        """A thread of the round starts."""
 
     def choose(self, point: int, where: tuple[int, int], ready: list[int], running: int | None,
                default: int) -> int:
@@ -97,25 +101,31 @@ class RandomWalk(Strategy):
 
 
 class PCT(Strategy):
-    """Probabilistic concurrency testing: each thread gets a random priority when it starts (above ``depth``), and
-    at ``depth - 1`` points drawn from the first ``points`` the running thread's priority drops to ``depth - i``
-    (below every starting priority); the highest-priority ready thread always goes on."""
+    """Probabilistic concurrency testing, round by round (a round ends when all its threads have: each is a program
+    of its own): each thread gets a random priority when its round starts (above ``depth``), and at ``depth - 1``
+    points of the round, drawn from as many points as the round before had, the running thread's priority drops to
+    ``depth - i`` (below every starting priority); the highest-priority ready thread always goes on. A round's few
+    points (tens, where a run has thousands) keep the chance of the right change points high."""
 
     name = "pct"
 
-    def __init__(self, seed: int, depth: int = DEPTH, points: int = 1000):
+    def __init__(self, seed: int, depth: int = DEPTH):
         self.rng, self.depth = random.Random(seed), depth
         self.priority: dict[int, float] = {}
-        self.changes = {point: depth - number for number, point in
-                        enumerate(sorted(self.rng.sample(range(1, points + 1), min(depth - 1, points))), 1)}
+        self.changes: dict[int, int] = {}
+
+    def round_started(self, points_before: int) -> None:
+        points = max(points_before, self.depth)
+        self.changes = {point: self.depth - number for number, point in
+                        enumerate(sorted(self.rng.sample(range(1, points + 1), self.depth - 1)), 1)}
 
     def started(self, thread: int) -> None:
         self.priority[thread] = self.depth + self.rng.random()
 
     def choose(self, point: int, where: tuple[int, int], ready: list[int], running: int | None,
                default: int) -> int:
-        if point in self.changes and running is not None:
-            self.priority[running] = self.changes[point]
+        if where[1] in self.changes and running is not None:
+            self.priority[running] = self.changes.pop(where[1])
         return max(ready, key=self.priority.__getitem__)
 
 
@@ -151,9 +161,9 @@ class Scheduling:
             raise ValueError(f"scheduler: unknown granularity {self.granularity!r} (expected one of "
                              f"{', '.join(GRANULARITIES)})")
 
-    def scheduler(self, seed: int, points: int) -> Scheduler:
-        """A scheduler for one run, PCT's change points drawn from the first ``points`` (the run's expected count)."""
-        chooser = RandomWalk(seed, self.bound) if self.strategy == "random" else PCT(seed, self.depth, points)
+    def scheduler(self, seed: int) -> Scheduler:
+        """A scheduler for one run."""
+        chooser = RandomWalk(seed, self.bound) if self.strategy == "random" else PCT(seed, self.depth)
         return Scheduler(chooser, seed, calls=self.granularity == "calls")
 
     def flags(self) -> str:
@@ -268,6 +278,7 @@ class Scheduler:
         """Run ``tasks`` (label, body), each on its own thread, one at a time, until all have ended. Raises `Hung`
         if they have not after ``timeout`` seconds (their threads are left behind, daemons)."""
         self.threads = []
+        self.chooser.round_started(self.round_points)
         self.round, self.round_points = self.round + 1, 0
         for label, body in tasks:
             managed = Managed(len(self.threads), label)

@@ -95,12 +95,26 @@ def measure_concurrent(name: str, factory: Callable[[], SystemUnderTest], thread
 CONCURRENT_ROUNDS = 30
 
 
-def concurrent_ways() -> list[tuple[str, Callable[[], SystemUnderTest], Scheduling | None]]:
-    """The concurrent check in process: threads racing, on either implementation, and under the scheduler."""
+def system_of(way: str) -> str:
+    """The system a concurrent way runs: its name's last parenthesis ("racing threads (python)": python)."""
+    return way.rsplit("(", 1)[-1]
+
+
+def concurrent_ways(kafka: str | None) -> list[tuple[str, Callable[[], SystemUnderTest], Scheduling | None]]:
+    """The concurrent check: threads racing and under the scheduler, on either implementation in process and on a
+    Kafka release's classes through its adapter."""
     compiled, python = load_factory(BUILTIN), load_factory(BUILTIN_PYTHON)
-    return [("racing threads (compiled)", compiled, None), ("racing threads (python)", python, None),
+    ways = [("racing threads (python)", python, None), ("racing threads (compiled)", compiled, None),
             *((f"scheduled: {scheduling} (python)", python, scheduling)
-              for scheduling in (Scheduling("pct"), Scheduling("random"), Scheduling("random", granularity="calls")))]
+              for scheduling in (Scheduling("pct"), Scheduling("random"), Scheduling("random", granularity="calls"))),
+            (f"scheduled: {Scheduling('random')} (compiled)", compiled, Scheduling("random"))]
+    if kafka is not None:
+        from kpurgatory.conformance.adapters.kafka import adapter_command
+
+        adapter = functools.partial(SubprocessSystem, adapter_command(kafka))
+        ways += [(f"racing threads (Kafka {kafka})", adapter, None),
+                 (f"scheduled: {Scheduling('random')} (Kafka {kafka})", adapter, Scheduling("random"))]
+    return ways
 
 
 def ways(kafka: str | None, build_dir: Path) -> list[Way]:
@@ -139,21 +153,22 @@ def check_bench_command(kafka, examples, seed, threads):
     CPU time of the whole process tree (this process and each adapter with all it starts, measured when the
     adapter is reaped), per profile: in process, the Python stdio adapter, a Kafka release's JVM adapter with
     --kafka, and the stdio servers of the Go driver and node's example adapter where go and node are installed and
-    their examples are at hand (a checkout). With --threads, the concurrent check in process instead: threads
-    racing on either implementation, and the pure-Python one under the controlled scheduler's strategies."""
+    their examples are at hand (a checkout). With --threads, the concurrent check instead: threads racing and under
+    the controlled scheduler's strategies, in process on either implementation and through --kafka's adapter."""
     console = command_console()
     rows: list[Measured] = []
     if threads is not None:
-        for name, factory, scheduling in concurrent_ways():
+        for name, factory, scheduling in concurrent_ways(kafka):
             console.print(f"checking concurrently: {markup(name)} …")
             rows.append(measure_concurrent(name, factory, threads, examples, seed, scheduling))
         table = Table(title=f"kpurgatory check --threads {threads}, {examples} runs of {CONCURRENT_ROUNDS} rounds, "
                             f"seed {seed}: calls per CPU-second")
-        for column in ("threads", "verdict", "calls", "CPU s", "wall s", "calls / CPU s", "vs racing (python)"):
+        for column in ("threads", "verdict", "calls", "CPU s", "wall s", "calls / CPU s", "vs racing, same system"):
             table.add_column(column, justify="left" if column in ("threads", "verdict") else "right")
+        racing = {system_of(row.way): row.rate for row in rows if row.way.startswith("racing")}
         for row in rows:
             table.add_row(markup(row.way), markup(row.verdict), f"{row.steps:,}", f"{row.cpu_s:.2f}",
-                          f"{row.wall_s:.2f}", f"{row.rate:,.0f}", f"{row.rate / rows[1].rate:.2f}")
+                          f"{row.wall_s:.2f}", f"{row.rate:,.0f}", f"{row.rate / racing[system_of(row.way)]:.2f}")
         console.print(table)
         return
     with tempfile.TemporaryDirectory(prefix="kpurgatory-check-bench-") as build:

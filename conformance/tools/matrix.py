@@ -10,6 +10,9 @@ and 200 runs of the concurrent check):
                    `run_check` of that profile at that level (``kpurgatory check --profile P --level L``)
   purgatory/threads
                    `run_concurrent_check` (``kpurgatory check --threads N``): the race schedules and random runs
+  purgatory/scheduled
+                   the same under the controlled scheduler (``--scheduler random``), a tenth of its runs: the sides
+                   of Kafka's lock changes the op lock's points tell apart (``lock_sides``)
   scenarios        Kafka's own unit tests as scenarios, replayed at the exact level (``kpurgatory scenarios``)
 
 Each cell has one verdict (`VERDICTS`). A *finding* is one of Kafka's own known misbehaviours: one of `FINDINGS`
@@ -73,7 +76,8 @@ from kpurgatory.conformance.adapters import load_factory, system_factory
 from kpurgatory.conformance.adapters.subprocess import AdapterError
 from kpurgatory.conformance.adapters.sut import Hello, SystemUnderTest
 from kpurgatory.conformance.check.findings import FINDINGS, KafkaShadow, recognise
-from kpurgatory.conformance.check.concurrent import label, run_concurrent_check
+from kpurgatory.conformance.check.concurrent import ConcurrentResult, label, run_concurrent_check
+from kpurgatory.conformance.check.scheduler import Scheduling
 from kpurgatory.conformance.check.sequential import DEFAULT_MAX_FAILURES, DEFAULT_TIMEOUT_S, render, run_check, \
     time_limited
 from kpurgatory.conformance.check.workers import fresh_worker
@@ -111,6 +115,10 @@ COLUMNS = (
     Column("purgatory/threads", "purgatory", "threads", "the concurrent check: Kafka's documented races as "
                                                         "schedules, then random runs from several threads "
                                                         "(kpurgatory check --threads N)"),
+    Column("purgatory/scheduled", "purgatory", "scheduled", "the concurrent check under the controlled scheduler (a "
+                                                            "random walk): interleavings that replay, and the op "
+                                                            "lock's points telling Kafka's lock changes apart "
+                                                            "(kpurgatory check --threads N --scheduler random)"),
     Column("scenarios", None, "scenarios", "Kafka's own unit tests and the release rules' scenarios, replayed at the "
                                            "exact level (kpurgatory scenarios)"),
 )
@@ -251,19 +259,45 @@ def check_cell(column: Column, factory, budget: Budget, folder: Path, out: Path)
                   seconds=result.elapsed_s, write_error=written[0] if written else None)
 
 
-def threads_cell(factory, budget: Budget, folder: Path, out: Path) -> dict:
-    result = run_concurrent_check(factory, threads=budget.threads, runs=budget.thread_runs, steps=budget.steps,
-                                  seed=budget.seed, timeout=budget.timeout, out_dir=folder,
-                                  max_failures=budget.max_failures)
+def concurrent_entries(result: ConcurrentResult, out: Path) -> tuple[list[dict], list[dict]]:
+    """The findings and failures of a concurrent check, as the matrix lists them."""
     findings = [finding_entry(report.finding, out, report.path, report.repeats) for report in result.findings]
     failures = [failure_entry(label(report.signature), "; ".join(violation.message for violation in report.violations),
                               report.signature.kind in ("hung", "raised"), out, report.path, report.repeats)
                 for report in result.failures]
+    return findings, failures
+
+
+def threads_cell(factory, budget: Budget, folder: Path, out: Path) -> dict:
+    result = run_concurrent_check(factory, threads=budget.threads, runs=budget.thread_runs, steps=budget.steps,
+                                  seed=budget.seed, timeout=budget.timeout, out_dir=folder,
+                                  max_failures=budget.max_failures)
     schedules = "no race schedules (no gates)" if result.schedules is None else f"{result.schedules} race schedules"
-    return judged(findings, failures, f"{schedules} and {result.runs} runs of {budget.threads} threads: every "
-                                      f"property holds", result.aborted, runs=result.runs, steps=result.calls,
-                  seconds=result.elapsed_s, schedules=result.schedules,
+    return judged(*concurrent_entries(result, out), f"{schedules} and {result.runs} runs of {budget.threads} "
+                                                    f"threads: every property holds", result.aborted,
+                  runs=result.runs, steps=result.calls, seconds=result.elapsed_s, schedules=result.schedules,
                   schedule_notes=[f"{name}: {note}" for name, note in result.schedule_notes])
+
+
+#: the scheduled column's share of the concurrent check's runs, and its shrinking budget (a count of runs under the
+#: scheduler: 60): a scheduled run through an adapter costs a round trip per point
+SCHEDULED_SHARE, SCHEDULED_SHRINK_S = 10, 15.0
+
+
+def scheduled_cell(factory, budget: Budget, folder: Path, out: Path) -> dict:
+    runs = max(1, budget.thread_runs // SCHEDULED_SHARE)
+    result = run_concurrent_check(factory, threads=budget.threads, runs=runs, steps=budget.steps, seed=budget.seed,
+                                  timeout=budget.timeout, out_dir=folder, max_failures=budget.max_failures,
+                                  scheduling=Scheduling("random"), shrink_budget_s=SCHEDULED_SHRINK_S)
+    sides = [{"rule": side.rule.ticket, "side": "after" if side.reached else "before", "point": side.rule.point,
+              "as_declared": side.reached == side.shipped} for side in result.lock_sides]
+    told = "; lock rules: " + ", ".join(f"{side['rule']} {side['side']}" + ("" if side["as_declared"] else
+                                        " (the other side of the declared release)") for side in sides) if sides else ""
+    explored = result.interleavings
+    return judged(*concurrent_entries(result, out),
+                  f"{result.runs} runs of {budget.threads} threads, {explored.distinct} interleavings: every property "
+                  f"holds{told}", result.aborted, runs=result.runs, steps=result.calls, seconds=result.elapsed_s,
+                  lock_sides=sides, interleavings=explored.digest)
 
 
 class Remembering:
@@ -469,6 +503,8 @@ def run_cell(task: Task) -> Done:
             factory = factory_of(task)
             if task.column.level == "threads":
                 result = threads_cell(factory, task.budget, folder, out)
+            elif task.column.level == "scheduled":
+                result = scheduled_cell(factory, task.budget, folder, out)
             elif task.column.level == "scenarios":
                 result = scenario_cell(factory, task.budget, folder, out)
             else:
@@ -512,10 +548,15 @@ def begin_row(subject: Subject, columns: tuple[Column, ...], budget: Budget,
             elif column.level == "threads" and subject.kind != "impl" and "concurrent" not in hello.features:
                 row["cells"][column.id] = cell("n/a", "the adapter does not list the 'concurrent' feature in its "
                                                       "hello")
+            elif column.level == "scheduled" and subject.kind != "impl" and "scheduler" not in hello.features:
+                row["cells"][column.id] = cell("n/a", "the adapter does not list the 'scheduler' feature in its "
+                                                      "hello" + (" (the op lock is the op's monitor before 0.11.0.2)"
+                                                                 if subject.release else ""))
             else:
                 tasks.append(Task(subject, target, column, budget))
     row["seconds"] = time.monotonic() - started
-    tasks.sort(key=lambda task: task.column.level != "threads")  # the longest first: a shorter tail on the last row
+    tasks.sort(key=lambda task: task.column.level not in ("threads", "scheduled"))  # the longest first: a shorter
+    # tail on the last row
     return row, tasks
 
 

@@ -42,8 +42,8 @@ def without_times(history) -> str:
                                         Scheduling("random", granularity="calls")], ids=str)
 def test_the_same_seed_gives_the_same_history_and_its_schedule_replays_it(scheduling, system):
     plan_ = plan(1)
-    first = run(scheduling.scheduler(7, 500), plan_, system())
-    assert without_times(run(scheduling.scheduler(7, 500), plan_, system())) == without_times(first)
+    first = run(scheduling.scheduler(7), plan_, system())
+    assert without_times(run(scheduling.scheduler(7), plan_, system())) == without_times(first)
     assert first.header.schedule.switches, "a run of 5 threads with no switch from the default order"
     if scheduling.bound is not None:
         assert len(first.header.schedule.switches) <= scheduling.bound
@@ -56,21 +56,21 @@ def test_seeds_give_different_interleavings():
     plan_ = plan(2)
     digests = set()
     for seed in range(8):
-        scheduler = Scheduling("pct").scheduler(seed, 500)
+        scheduler = Scheduling("pct").scheduler(seed)
         run(scheduler, plan_)
         digests.add(scheduler.interleaving)
     assert len(digests) == 8
 
 
 def test_a_schedule_survives_the_trace_file(tmp_path):
-    history = run(Scheduling("random").scheduler(3, 500), plan(3))
+    history = run(Scheduling("random").scheduler(3), plan(3))
     [read] = read_traces(write_traces(tmp_path / "h.jsonl", history))
     assert read.header.schedule == history.header.schedule
     assert read.header.schedule.rounds and read.header.schedule.granularity == "sync"
 
 
 def test_one_thread_runs_at_a_time_and_locks_exclude():
-    scheduler = Scheduling("random").scheduler(11, 100)
+    scheduler = Scheduling("random").scheduler(11)
     guard = scheduler.primitives.lock("shared")
     inside, most, order = [0], [0], []
 
@@ -179,14 +179,14 @@ def test_the_cli_replays_a_schedule_and_refuses_what_it_cannot_schedule(tmp_path
     stdio = f"{sys.executable} -m kpurgatory.conformance.adapters.stdio kpurgatory.conformance.adapters.builtin:factory"
     refused = runner.invoke(main, ["check", "--threads", "2", "--scheduler", "pct", "--adapter", stdio])
     assert refused.exit_code == 2 and "'scheduler' feature" in refused.output
-    history = write_traces(tmp_path / "h.jsonl", run(Scheduling("pct").scheduler(4, 500), plan(4)))
+    history = write_traces(tmp_path / "h.jsonl", run(Scheduling("pct").scheduler(4), plan(4)))
     replayed = runner.invoke(main, ["replay", str(history)])
     assert replayed.exit_code == 0, replayed.output
     assert "the same history, call for call" in replayed.output and "pass" in replayed.output
 
 
 def test_threads_outside_the_scheduler_use_its_locks_as_plain_locks():
-    scheduler = Scheduling("pct").scheduler(0, 10)
+    scheduler = Scheduling("pct").scheduler(0)
     lock = scheduler.primitives.reentrant_lock("op")
     with lock, lock:
         assert lock.locked()
@@ -195,3 +195,17 @@ def test_threads_outside_the_scheduler_use_its_locks_as_plain_locks():
     outside.start()
     outside.join(5)
     assert not outside.is_alive()
+
+
+def test_the_view_names_each_switch_and_marks_the_call_it_let_go_on():
+    from kpurgatory.conformance.traces.view import SWITCHED, concurrent_view
+
+    history = run(Scheduling("random", bound=3).scheduler(5), plan(5))
+    page = concurrent_view(history)
+    switches = history.header.schedule.switches
+    assert page["schedule"]["strategy"] == "random" and len(page["schedule"]["switches"]) == len(switches) > 0
+    marked = [seq for seq, flags in enumerate(page["calls"]["flags"], 1) if flags & SWITCHED]
+    named = {history.header.schedule.rounds[round_][thread] for round_, _, thread in switches
+             if round_ < len(history.header.schedule.rounds)}
+    assert set(marked) == named
+    assert all(f"call {seq} (" in " ".join(page["schedule"]["switches"]) for seq in named)
