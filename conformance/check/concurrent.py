@@ -509,19 +509,19 @@ def execute_controlled(system: SystemUnderTest, hello: Hello, plan: Plan, schedu
         return run
 
     drained = [(DRAIN, lambda: recorder.calls_in_turn(DRAIN, drain_commands(plan, hello)))]
-    run = 0
     for tasks in (*([(record.thread, task(record)) for record in calls] for calls in records), drained):
         if recorder.stopped.is_set():
             break
-        run += 1
         try:
             scheduler.run(tasks, timeout)
         except Hung:
             recorder.stopped.set()
     history = recorder.history(trace_id, plan.params)
-    seqs = {call.invoked: step.seq for call, step in zip(sorted(recorder.calls, key=lambda call: call.invoked),
-                                                         history.steps)}
-    rounds = tuple(tuple(seqs[record.invoked] for record in calls) for calls in records[:run])
+    seq_of = {id(call): step.seq for call, step in zip(sorted(recorder.calls, key=lambda call: call.invoked),
+                                                       history.steps)}
+    # the rounds that ran, each with the calls that were invoked (a hung round may have left some never started)
+    rounds = tuple(seqs for calls in records if (seqs := tuple(seq_of[id(record)] for record in calls
+                                                               if id(record) in seq_of)))
     schedule = attrs.evolve(scheduler.schedule, rounds=rounds)
     return attrs.evolve(history, header=attrs.evolve(history.header, schedule=schedule))
 

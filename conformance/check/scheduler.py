@@ -249,7 +249,6 @@ class Scheduler:
         self.switches: list[tuple[int, int, int]] = []
         self.reached: set[str] = set()
         self.threads: list[Managed] = []
-        self.running: Managed | None = None
         self.local = threading.local()
         self.digest = hashlib.blake2b(digest_size=8)
         self.round_over = threading.Lock()
@@ -313,8 +312,8 @@ class Scheduler:
             else:
                 self._give(following)
 
-    def _give(self, managed: Managed) -> None:
-        self.running = managed
+    @staticmethod
+    def _give(managed: Managed) -> None:
         managed.turn.release()
 
     def _ready(self) -> list[Managed]:
