@@ -291,12 +291,16 @@ def legend_html(bugs: list[Bug], data: dict, releases: list[Release], checks: in
     columned = {bug.ticket for bug in bugs}
     left = [rule for rule in RULES if rule.ticket not in columned]
     every = [rule for rule in left if all(release.has(rule.ticket) for release in releases)]
+    # the scheduled column, when these runs had it, tells the sides of the lock rules with a point apart
+    scheduled = any(column["id"] == "purgatory/scheduled" for column in data["columns"])
     kinds = {"every release here has them": [rule.ticket for rule in every],
              "they change only which lock a call takes and whether it waits, which no answer shows; the "
              "scheduled column tells their sides apart by the op lock's points":
-                 [rule.ticket for rule in left if rule.seen == "locks" and rule.point and rule not in every],
+                 [rule.ticket for rule in left if rule.seen == "locks" and rule.point and scheduled
+                  and rule not in every],
              "they change only which lock a call takes and whether it waits, which no answer shows":
-                 [rule.ticket for rule in left if rule.seen == "locks" and not rule.point and rule not in every],
+                 [rule.ticket for rule in left if rule.seen == "locks" and not (rule.point and scheduled)
+                  and rule not in every],
              "a release without it has no such call, so no check sends it":
                  [f"{rule.ticket} ({rule.title})" for rule in left if rule.seen == "commands" and rule not in every]}
     rest = "; ".join(f"{', '.join(named)}: {why}" for why, named in kinds.items() if named)
