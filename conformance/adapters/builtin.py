@@ -1,8 +1,8 @@
 """The in-process adapter for kpurgatory.impl: each vocabulary command becomes one call into the library.
 
 ``factory()`` returns a `SystemUnderTest` running impl's timer and purgatory (the implementation ``kpurgatory.impl``
-selects: compiled, or pure Python with ``KPURGATORY_IMPL=python``; ``python()`` the pure-Python one, which a
-controlled scheduler can run) in virtual-clock mode (the same code as
+selects: compiled, or pure Python with ``KPURGATORY_IMPL=python``; ``python()`` the pure-Python one, whose every
+lock a controlled scheduler takes over) in virtual-clock mode (the same code as
 the threaded mode, with the clock injected and expired tasks run inline), so a run is deterministic. The adapter is
 thread-safe, as the concurrent check needs: events and the route of a completion are kept per thread, because
 ``on_complete`` runs in the thread whose ``force_complete`` won and so belongs to that thread's command.
@@ -110,6 +110,9 @@ class BuiltinAdapter:
     task_class: type[TaskBehaviour] = AdapterTask
     #: how many watch lists the purgatory has (declared in the hello, so the check aims keys at each)
     watcher_shards: int = SHARDS
+    #: a controlled scheduler can take over its locks (`kpurgatory.impl.sync`): every lock of the pure-Python
+    #: implementation, the op locks of the compiled one
+    controllable = True
 
     def __init__(self) -> None:
         self.profile: str | None = None
@@ -122,10 +125,6 @@ class BuiltinAdapter:
         self.creating = sync.lock("adapter")  # impl's kind of lock, so a controlled scheduler takes it over too
         self.is_shut_down = False
         self.gates = Gates()
-
-    #: a controlled scheduler can take over its locks (`kpurgatory.impl.sync`): every lock of the pure-Python
-    #: implementation, the op locks of the compiled one
-    controllable = True
 
     @property
     def code_files(self) -> frozenset[str]:
@@ -149,7 +148,8 @@ class BuiltinAdapter:
             self.current.route = outer
 
     def hello(self) -> Hello:
-        return Hello(implementation=f"kpurgatory.impl ({self.implementation.name})", profiles=v.PROFILES, features=v.OPTIONAL,
+        return Hello(implementation=f"kpurgatory.impl ({self.implementation.name})", profiles=v.PROFILES,
+                     features=v.OPTIONAL,
                      declarations=attrs.evolve(KAFKA, watcher_shards=WatcherShards(self.watcher_shards)))
 
     def init(self, profile: str, params: v.Params) -> None:

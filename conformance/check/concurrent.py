@@ -563,10 +563,10 @@ def settled(done: list[threading.Event], recorder: Recorder, timeout: float) -> 
 
 
 def drain_commands(plan: Plan, hello: Hello) -> list[v.Command]:
-    """The drain, run on one thread after every other call returned: make every op ready and check every key (an op a list lost
-    is a lost wakeup now), pass every deadline, force every op; watch one more op on every key and on a key of every
-    watcher shard and force it, then advance (a purge now must sweep every shard), read watched; check every key
-    again and cancel the other shards' keys, read the counters, shut down."""
+    """The drain, run on one thread after every other call returned: make every op ready and check every key (an op
+    a list lost is a lost wakeup now), pass every deadline, force every op; watch one more op on every key and on a
+    key of every watcher shard and force it, then advance (a purge now must sweep every shard), read watched; check
+    every key again and cancel the other shards' keys, read the counters, shut down."""
     ops, keys = sorted(plan.owners), plan.keys
     horizon = max([plan.params.start_ms, *(c.to_ms for _, c in plan.calls if isinstance(c, v.Advance))]) + max(
         [0, *(c.delay_ms or 0 for _, c in plan.calls if isinstance(c, v.Watch))])
@@ -1587,8 +1587,8 @@ def print_result(console: Console, result: ConcurrentResult, rerun: str, fail_on
             plain(f"shrunk from {report.shrunk_from} to {len(report.history.steps)} calls")
         if (schedule := report.history.header.schedule) is not None:
             switches = len(schedule.switches)
-            plain(f"schedule: {schedule.strategy} seed {schedule.seed}, {switches} switch{'' if switches == 1 else 'es'} "
-                  f"from the default order; replay it: kpurgatory replay {report.path or 'HISTORY.jsonl'}")
+            plain(f"schedule: {schedule.strategy} seed {schedule.seed}, "
+                  f"{switches} switch{'' if switches == 1 else 'es'} from the default order; replay it: kpurgatory replay {report.path or 'HISTORY.jsonl'}")
         console.print(violations_table(report.violations))
         console.print(history_table(report.history, report.violations))
         plain(f"met again in {report.repeats} later {'history' if report.repeats == 1 else 'histories'}")
@@ -1646,8 +1646,8 @@ def failure_text(result: ConcurrentResult) -> str:
 def replay_schedules(files: dict[Path, list[Trace]], impl: str | None, adapter: str | None, timeout: float,
                      fail_on_findings: bool = False) -> int:
     """`kpurgatory replay` of histories a controlled scheduler ran: each run again under its schedule on a fresh
-    system (--impl or --adapter; by default the built-in implementation that recorded it), compared with the recording call by call
-    and checked. Returns the exit code: 0 every replay passes (Kafka findings aside, unless ``fail_on_findings``),
+    system (--impl or --adapter; by default the built-in implementation that recorded it), compared with the
+    recording call by call and checked. Returns the exit code: 0 every replay passes (Kafka findings aside, unless ``fail_on_findings``),
     1 one breaks a property, 2 the system cannot be scheduled."""
     from kpurgatory.conformance.adapters import BUILTIN, BUILTIN_PYTHON, system_factory
     from kpurgatory.conformance.adapters.builtin import PythonAdapter

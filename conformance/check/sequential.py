@@ -771,7 +771,8 @@ def report_junit(path: Path | None, results: list[CheckResult]) -> None:
               help="With --threads: run every run under a controlled scheduler that lets one thread run at a time "
                    "and chooses who goes on at each lock (pct: probabilistic concurrency testing; random: a random "
                    "walk). The same --seed replays the same interleavings; a failure is written with its schedule, "
-                   "which `kpurgatory replay` replays. In process, or through an adapter that lists the 'scheduler' feature.")
+                   "which `kpurgatory replay` replays. In process, or through an adapter that lists the 'scheduler' "
+                   "feature.")
 @click.option("--granularity", type=click.Choice(GRANULARITIES), default="sync", show_default=True,
               help="With --scheduler: switch threads only at synchronisation points (sync), or at the system's "
                    "function calls too (calls: finds races in code no lock guards, at more points per run).")
