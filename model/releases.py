@@ -18,9 +18,9 @@ Where a rule is ``seen``:
                check may call on a completed op, whether a ready op can be left waiting);
   locks        only the locks differ: which a call takes and whether it waits for it. No answer in the protocol's
                vocabulary tells the sides apart (a call returns later, not otherwise); the concurrent check must
-               merely not assume either side. Under a controlled scheduler the op lock's points show which of
-               Kafka's methods take it, and how: a rule with a ``point`` is told apart by whether a check reaches
-               it (`point_shown`);
+               merely not assume either side. Under a controlled scheduler the locks' points show which lock
+               which of Kafka's methods takes, and how: a rule with points is told apart by which of them a check
+               reaches (`points_shown`);
   commands     the call does not exist before the rule: the release cannot be sent that command.
 Each rule but a lock change names the scenario or race schedule that separates its two sides.
 
@@ -67,10 +67,16 @@ class Rule:
     separated_by: str | None = None
     #: releases on older lines that got the change too
     backports: tuple[str, ...] = ()
-    #: a lock change a controlled scheduler sees: the switch point (which lock, taken how, in which of Kafka's
-    #: methods) reached on the change's side only, and the later rule that took the point away again, if any
+    #: a lock change a controlled scheduler sees: the switch points (which lock, taken how, in which of Kafka's
+    #: methods) a check reaches on one side only — ``point`` after the change, ``point_before`` before it — and the
+    #: later rule that took ``point`` away again, if any
     point: str | None = None
+    point_before: str | None = None
     point_until: str | None = None
+
+    @property
+    def points(self) -> frozenset[str]:
+        return frozenset(point for point in (self.point, self.point_before) if point is not None)
 
     def shipped_in(self, version: str) -> bool:
         key = version_key(version)
@@ -97,7 +103,7 @@ RULES: tuple[Rule, ...] = (
     Rule("KAFKA-3994", "0.10.2.0", "watch lists are lock-free queues",
          before="a check walked a key's list holding that list's lock, calling tryComplete under it",
          after="lists are lock-free queues; tryComplete runs under the op's lock only",
-         seen="locks", backports=("0.10.1.1",)),
+         seen="locks", backports=("0.10.1.1",), point_before="acquire watch list in tryCompleteWatched"),
     Rule("KAFKA-5059", "0.11.0.0", "cancelForKey",
          before="the purgatory had no call to drop a key's watchers (no cancel_key)",
          after="cancelForKey removes the key's list and cancels each op's timer entry, returning the ops",
@@ -114,7 +120,8 @@ RULES: tuple[Rule, ...] = (
     Rule("KAFKA-6431", "2.2.0", "512 watcher shards",
          before="one read-write lock guarded the whole watcher map",
          after="keys hash to 512 shards, each with its own lock",
-         seen="locks"),
+         seen="locks", point="acquire watcher shard in checkAndComplete",
+         point_before="read watcher map in checkAndComplete"),
     Rule("KAFKA-8334", "2.7.0", "blocking op lock; the watch loop no longer stops at a completed op",
          before="watching an op already completed stopped at once: no key watched, no second try, no estimate "
                 "counted; checks skipped an op whose lock was held",
@@ -140,11 +147,15 @@ RULES: tuple[Rule, ...] = (
 RULES_BY_TICKET = {rule.ticket: rule for rule in RULES}
 
 
-def point_shown(rule: Rule, version: str) -> bool:
-    """Whether a controlled check of ``version`` reaches ``rule``'s switch point: it shipped the rule, and not the
-    later one that took the point away."""
+def points_shown(rule: Rule, version: str) -> frozenset[str]:
+    """The switch points of ``rule`` a controlled check of ``version`` reaches: ``point`` where it shipped the rule
+    and not the later one that took the point away, ``point_before`` where it did not ship the rule."""
     until = RULES_BY_TICKET.get(rule.point_until) if rule.point_until else None
-    return rule.shipped_in(version) and not (until is not None and until.shipped_in(version))
+    shipped = rule.shipped_in(version)
+    after = shipped and not (until is not None and until.shipped_in(version))
+    return frozenset(point for point, shown in ((rule.point, after), (rule.point_before, not shipped))
+                     if point is not None and shown)
+
 
 #: the releases the compliance matrix runs: the newest patch of every release line with the hierarchical timing
 #: wheel, and the patch releases within a line where a rule arrived (0.10.1.1, 0.11.0.2)

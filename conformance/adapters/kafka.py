@@ -34,7 +34,7 @@ from pathlib import Path
 import attrs
 import click
 
-from kpurgatory.model.releases import version_key
+from kpurgatory.model.releases import RULES_BY_TICKET, version_key
 
 #: the Kafka adapter's folder (README.md there), package data: a plain folder wherever pip installs the package, as it
 #: must be, since bash, javac and Maven read it and the adapter command names it to other processes (the matrix's
@@ -87,7 +87,8 @@ def maven_properties(version: str) -> dict[str, str]:
     """What the pom adds to the jars every era needs (kafka-clients, metrics, slf4j): the broker's jar for its Scala
     version (the one Kafka published it for first) with that Scala's library; server-common from 3.3 (the
     broker's metrics helpers, then its threads, moved there before the timer did in 3.6); and what the broker's
-    utilities load (kafka.utils.Logging's logging library; from 3.6, CoreUtils' validator)."""
+    utilities load (kafka.utils.Logging's logging library; from 3.6, CoreUtils' validator); and, where the op lock is
+    the op's monitor, ASM for the adapter's agent that makes monitors the controlled scheduler's points."""
     key = version_key(version)
     properties = {"kafka.version": version}
     if key >= (3, 3):
@@ -98,6 +99,8 @@ def maven_properties(version: str) -> dict[str, str]:
         binary, scala = (("2.11", "2.11.12") if key < (0, 10, 1, 1) else ("2.12", "2.12.20") if key < (2, 4)
                          else ("2.13", "2.13.16"))
         properties |= {"scala.binary": binary, "scala.version": scala}
+        if not RULES_BY_TICKET["KAFKA-5970"].shipped_in(version):  # the op lock is the op's monitor: the agent's ASM
+            properties["asm.version"] = "9.7.1"
         if key < (1, 1):
             properties["log4j.version"] = "1.2.17"
         else:

@@ -97,7 +97,7 @@ from kpurgatory.conformance.traces.codec import Header, Schedule, Step, Timing, 
 from kpurgatory.impl import sync
 from kpurgatory.model import vocabulary as v
 from kpurgatory.model.contract import KAFKA, WatcherShards
-from kpurgatory.model.releases import RULES, Release, Rule, point_shown
+from kpurgatory.model.releases import RULES, Release, Rule, points_shown
 
 #: the interpreter's thread switch interval during a run: CPython's 5 ms default lets a thread run a whole script
 #: before the next one starts; 10 µs makes calls interleave inside the system's critical sections
@@ -1521,19 +1521,33 @@ def render(history: Trace, violations: tuple[Violation, ...]) -> str:
 
 @attrs.frozen
 class LockSide:
-    """A lock change of Kafka's (`model.releases`, a rule with a ``point``) as a controlled check saw it: whether
-    its point was reached, and whether the declared release ships that side."""
+    """A lock change of Kafka's (`model.releases`, a rule with points) as a controlled check saw it: which of its
+    points the check reached, and which the declared release reaches."""
 
     rule: Rule
-    reached: bool
-    shipped: bool
+    reached: frozenset[str]
+    shipped: frozenset[str]
+
+    @property
+    def as_declared(self) -> bool:
+        return self.reached == self.shipped
+
+    @property
+    def side(self) -> str | None:
+        """The side the points show: the side of the one reached; with none reached, the side without a point;
+        None when both sides have a point and the check reached both or neither."""
+        after, before = self.rule.point in self.reached, self.rule.point_before in self.reached
+        if after != before:
+            return "after" if after else "before"
+        if after:
+            return None
+        return "before" if self.rule.point_before is None else "after" if self.rule.point is None else None
 
     def __str__(self) -> str:
-        side = "after" if self.reached else "before"
-        seen = f"{'reached' if self.reached else 'never reached'} '{self.rule.point}'"
-        if self.reached == self.shipped:
-            return f"{self.rule.ticket} ({self.rule.title}): {side}, as declared ({seen})"
-        return f"{self.rule.ticket} ({self.rule.title}): other side of the declared release ({seen})"
+        seen = "; ".join(f"{'reached' if point in self.reached else 'never reached'} '{point}'"
+                         for point in (self.rule.point, self.rule.point_before) if point is not None)
+        told = f"{self.side}, as declared" if self.as_declared else "not the declared release's side"
+        return f"{self.rule.ticket} ({self.rule.title}): {told} ({seen})"
 
 
 def lock_sides(kafka_version: str | None, reached: frozenset[str]) -> tuple[LockSide, ...]:
@@ -1541,8 +1555,8 @@ def lock_sides(kafka_version: str | None, reached: frozenset[str]) -> tuple[Lock
     that declares no release: its locks are its own)."""
     if kafka_version is None:
         return ()
-    return tuple(LockSide(rule, rule.point in reached, point_shown(rule, kafka_version))
-                 for rule in RULES if rule.point is not None)
+    return tuple(LockSide(rule, rule.points & reached, points_shown(rule, kafka_version))
+                 for rule in RULES if rule.points)
 
 
 #: how many of the switch points reached a report lists

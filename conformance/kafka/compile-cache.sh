@@ -14,8 +14,9 @@ kafka_cache() {
     cache=${KPURGATORY_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/kpurgatory}/$name/$key
 }
 
-# kafka_compile WHAT ERA CLASSPATH JAVAC-ARGUMENT...: unless `cache` holds a build already, compiles into it; if javac
-# fails, exits 3 with its errors and a line saying that WHAT does not compile against CLASSPATH.
+# kafka_compile WHAT ERA CLASSPATH JAVAC-ARGUMENT...: unless `cache` holds a build already, compiles into it (then calls
+# kafka_compiled BUILD-DIRECTORY, if the caller defines it); if javac fails, exits 3 with its errors and a line saying
+# that WHAT does not compile against CLASSPATH.
 kafka_compile() {
     local what=$1 era=$2 classpath=$3 building
     shift 3
@@ -28,6 +29,11 @@ kafka_compile() {
         exit 3
     fi
     echo 'log4j.rootLogger=OFF' > "$building/log4j.properties"  # Kafka before 1.1 logs through log4j 1: silence it
+    if declare -F kafka_compiled >/dev/null && ! kafka_compiled "$building" >&2; then  # the caller's last step, if any
+        rm -rf "$building"
+        echo "run.sh: $what compiled, but its last step failed" >&2
+        exit 3
+    fi
     touch "$building/.compiled"
     mv -T "$building" "$cache" 2>/dev/null || rm -rf "$building"  # a concurrent first run got there first
 }

@@ -41,6 +41,13 @@ case $era in
     *) echo "run.sh: unknown era '$era'"$'\n'"$usage" >&2; exit 2 ;;
 esac
 sources=()
+# Releases whose purgatory has monitors (the op's before 0.11.0.2, the watch lists' before 0.10.1.1) get the agent
+# that makes them the scheduler's points, when ASM is on the classpath (conformance/adapters/kafka.py adds it).
+agent=
+if [[ $era == scala-purgatory-* && ":$classpath:" =~ /asm-[0-9][0-9.]*\.jar: ]]; then
+    parts+=(monitor-agent)
+    agent=1
+fi
 for part in "${parts[@]}" scala-op-lock scala-op-no-lock scala-op-java-timer; do
     [ -d "$here/$part" ] && while IFS= read -r -d '' file; do sources+=("$file"); done \
         < <(find "$here/$part" -name '*.java' -print0 | sort -z)
@@ -69,11 +76,15 @@ if [ ! -e "$cache/.compiled" ]; then
     esac
     [ -z "$variant" ] || while IFS= read -r -d '' file; do compiled+=("$file"); done \
         < <(find "$here/$variant" -name '*.java' -print0 | sort -z)
+    # the agent's jar holds only its manifest: the agent's classes are on the classpath
+    [ -z "$agent" ] || kafka_compiled() { printf 'Premain-Class: kpurgatory.kafka.MonitorAgent\n' > "$1/agent.mf" &&
+                                          jar cfm "$1/monitor-agent.jar" "$1/agent.mf"; }
     kafka_compile "the adapter" "$era" "$classpath" "${compiled[@]}"
 fi
 [ -z "$compile_only" ] || exit 0
 # A hot JIT throws its preallocated exceptions without message or stack: keep Kafka's exceptions telling. An adapter
 # lives for one check, seconds of requests: the optimising compiler would cost it more CPU than it saves (halving the
 # JVM's share of a check), so only the quick one compiles.
-exec java -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-OmitStackTraceInFastThrow -Dkpurgatory.kafka.version="$version" \
+exec java ${agent:+"-javaagent:$cache/monitor-agent.jar"} \
+    -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -XX:-OmitStackTraceInFastThrow -Dkpurgatory.kafka.version="$version" \
     -cp "$cache:$classpath" kpurgatory.kafka.KafkaAdapter

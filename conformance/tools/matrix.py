@@ -12,7 +12,7 @@ and 200 runs of the concurrent check):
                    `run_concurrent_check` (``kpurgatory check --threads N``): the race schedules and random runs
   purgatory/scheduled
                    the same under the controlled scheduler (``--scheduler random``), a tenth of its runs: the sides
-                   of Kafka's lock changes the op lock's points tell apart (``lock_sides``)
+                   of Kafka's lock changes the locks' points tell apart (``lock_sides``)
   scenarios        Kafka's own unit tests as scenarios, replayed at the exact level (``kpurgatory scenarios``)
 
 Each cell has one verdict (`VERDICTS`). A *finding* is one of Kafka's own known misbehaviours: one of `FINDINGS`
@@ -289,10 +289,11 @@ def scheduled_cell(factory, budget: Budget, folder: Path, out: Path) -> dict:
     result = run_concurrent_check(factory, threads=budget.threads, runs=runs, steps=budget.steps, seed=budget.seed,
                                   timeout=budget.timeout, out_dir=folder, max_failures=budget.max_failures,
                                   scheduling=Scheduling("random"), shrink_budget_s=SCHEDULED_SHRINK_S)
-    sides = [{"rule": side.rule.ticket, "side": "after" if side.reached else "before", "point": side.rule.point,
-              "as_declared": side.reached == side.shipped} for side in result.lock_sides]
-    told = "; lock rules: " + ", ".join(f"{side['rule']} {side['side']}" + ("" if side["as_declared"] else
-                                        " (the other side of the declared release)") for side in sides) if sides else ""
+    sides = [{"rule": side.rule.ticket, "side": side.side, "reached": sorted(side.reached),
+              "as_declared": side.as_declared} for side in result.lock_sides]
+    told = "; lock rules: " + ", ".join(f"{side['rule']} {side['side'] or 'neither side'}"
+                                        + ("" if side["as_declared"] else " (not the declared release's side)")
+                                        for side in sides) if sides else ""
     explored = result.interleavings
     return judged(*concurrent_entries(result, out),
                   f"{result.runs} runs of {budget.threads} threads, {explored.distinct} interleavings: every property "
@@ -550,8 +551,7 @@ def begin_row(subject: Subject, columns: tuple[Column, ...], budget: Budget,
                                                       "hello")
             elif column.level == "scheduled" and subject.kind != "impl" and "scheduler" not in hello.features:
                 row["cells"][column.id] = cell("n/a", "the adapter does not list the 'scheduler' feature in its "
-                                                      "hello" + (" (the op lock is the op's monitor before 0.11.0.2)"
-                                                                 if subject.release else ""))
+                                                      "hello")
             else:
                 tasks.append(Task(subject, target, column, budget))
     row["seconds"] = time.monotonic() - started

@@ -295,11 +295,11 @@ def legend_html(bugs: list[Bug], data: dict, releases: list[Release], checks: in
     scheduled = any(column["id"] == "purgatory/scheduled" for column in data["columns"])
     kinds = {"every release here has them": [rule.ticket for rule in every],
              "they change only which lock a call takes and whether it waits, which no answer shows; the "
-             "scheduled column tells their sides apart by the op lock's points":
-                 [rule.ticket for rule in left if rule.seen == "locks" and rule.point and scheduled
+             "scheduled column tells their sides apart by the locks' points":
+                 [rule.ticket for rule in left if rule.seen == "locks" and rule.points and scheduled
                   and rule not in every],
              "they change only which lock a call takes and whether it waits, which no answer shows":
-                 [rule.ticket for rule in left if rule.seen == "locks" and not (rule.point and scheduled)
+                 [rule.ticket for rule in left if rule.seen == "locks" and not (rule.points and scheduled)
                   and rule not in every],
              "a release without it has no such call, so no check sends it":
                  [f"{rule.ticket} ({rule.title})" for rule in left if rule.seen == "commands" and rule not in every]}

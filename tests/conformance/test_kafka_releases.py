@@ -133,10 +133,9 @@ def test_hello_names_and_declares_the_release(release):
               {"count": 1, "hash": "none"})  # KAFKA-6431: 512 watch lists, by the key's hashCode
     assert hello["declarations"] == {"kafka_version": version, "watcher_shards": shards}
     assert hello["profiles"] == ["timer", "purgatory"]
-    # the op lock is a field the scheduler's lock can take from 0.11.0.2 on (KAFKA-5970); before, the op's monitor
-    scheduled = {"scheduler"} if kafka.version_key(version) >= (0, 11, 0, 2) else set()
+    # every era's locks are points: the op lock's field (0.11.0.2 on), or its monitor under the adapter's agent
     assert set(hello["features"]) == {"concurrent", "barrier", "gates", "wheel", "watcher_keys", "delay_queue",
-                                      "batch", *scheduled}
+                                      "batch", "scheduler"}
     assert hello.get("unsupported_commands", []) == ([] if has_cancel_for_key(version) else ["cancel_key"])
 
 
@@ -250,24 +249,43 @@ def test_0_9_passes_the_whole_corpus_but_the_rules_it_lacks():
     assert "other side of KAFKA-3470" in result.output
 
 
+#: a release on each side of every lock rule with points: KAFKA-3994 (0.10.1.0 | 0.10.1.1), KAFKA-5970 (0.11.0.1,
+#: the op's monitor | 2.6.3, tried; 2.7.2 blocks again: KAFKA-8334), KAFKA-6431 (2.1.1 | 2.2.2), KAFKA-19312 (4.0.2 |
+#: 4.1.2)
+LOCK_SIDES = {"0.10.1.0": {"KAFKA-3994": "before", "KAFKA-5970": "before", "KAFKA-6431": "before"},
+              "0.10.1.1": {"KAFKA-3994": "after", "KAFKA-5970": "before"},
+              "0.11.0.1": {"KAFKA-5970": "before"},
+              "2.1.1": {"KAFKA-5970": "after", "KAFKA-6431": "before"},
+              "2.2.2": {"KAFKA-5970": "after", "KAFKA-6431": "after"},
+              "2.6.3": {"KAFKA-5970": "after"},
+              "4.0.2": {"KAFKA-19312": "before"},
+              "4.1.2": {"KAFKA-19312": "after"}}
+
+
 @needs_tools
-@pytest.mark.parametrize("version", ["2.6.3", "2.7.2", "4.0.2", "4.1.2"])
+@pytest.mark.parametrize("version", LOCK_SIDES)
 def test_a_controlled_check_tells_the_sides_of_kafkas_lock_changes_apart(version):
-    """Under the scheduler the op lock's points name how Kafka's methods take it: 2.6.3 tries it without blocking
-    (KAFKA-5970) and 2.7.2 waits for it again (KAFKA-8334); 4.1.2's forceComplete takes it and 4.0.2's does not
-    (KAFKA-19312). Each release is on its declared side of every such rule."""
+    """Under the scheduler the locks' points name which lock each of Kafka's methods takes, and how: a watch list's
+    monitor around the walk of its ops (before KAFKA-3994), the op lock tried without blocking (KAFKA-5970, until
+    KAFKA-8334), the one watcher map's read lock or a shard's lock (KAFKA-6431), forceComplete taking the op lock
+    (KAFKA-19312). Each release is on its declared side of every rule, and on the side named here; and where a watch
+    list has a monitor, a watch of the key a check walks is seen to wait for it."""
     from kpurgatory.conformance.adapters.subprocess import SubprocessSystem
     from kpurgatory.conformance.check.concurrent import run_concurrent_check
     from kpurgatory.conformance.check.scheduler import Scheduling
-    from kpurgatory.model.releases import RULES, point_shown
+    from kpurgatory.model.releases import RULES, points_shown
 
     command = kafka.adapter_command(version)
     result = run_concurrent_check(lambda: SubprocessSystem(command), threads=4, runs=4, steps=30, seed=0,
                                   scheduling=Scheduling("random"), shrink_budget_s=5)
     assert not result.failures, result.failures
     sides = {side.rule.ticket: side for side in result.lock_sides}
-    assert sides.keys() == {rule.ticket for rule in RULES if rule.point is not None} == {"KAFKA-5970", "KAFKA-19312"}
+    assert sides.keys() == {rule.ticket for rule in RULES if rule.points} == {"KAFKA-3994", "KAFKA-5970",
+                                                                               "KAFKA-6431", "KAFKA-19312"}
     for side in sides.values():
-        assert side.reached == side.shipped == point_shown(side.rule, version), str(side)
-    assert sides["KAFKA-5970"].reached == (version == "2.6.3")
-    assert sides["KAFKA-19312"].reached == (version == "4.1.2")
+        assert side.as_declared and side.reached == points_shown(side.rule, version), str(side)
+    for ticket, expected in LOCK_SIDES[version].items():
+        assert sides[ticket].side == expected, str(sides[ticket])
+    # before KAFKA-3994 a watch meets the watch list's monitor a check holds while it walks the list, and waits
+    blocked = "wait watch list" in result.interleavings.reached
+    assert blocked == (version == "0.10.1.0"), sorted(result.interleavings.reached)

@@ -138,12 +138,59 @@ def test_a_broken_copy_fails_naming_the_case(vector_tree, tmp_path, mutant):
     assert replay.exit_code == 1, replay.output
 
 
-def test_the_stdio_server_answers_a_batch_as_one_request_at_a_time():
-    """stdio.Serve's own go test: a batch's answers are the requests' answers alone, skipped after a failure up to the
-    next init."""
+def test_the_stdio_servers_own_tests_pass():
+    """stdio.Serve's own go tests: a batch's answers are the requests' answers alone, skipped after a failure up to
+    the next init; a concurrent binding's scheduled requests stop at each lock and run on at the harness's go."""
     done = subprocess.run(["go", "test", "-count=1", "-v", "./stdio/"], cwd=DRIVER, capture_output=True, text=True,
                           timeout=600)
-    assert done.returncode == 0 and "--- PASS: TestBatch" in done.stdout, done.stdout[-3000:] + done.stderr[-3000:]
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert {"TestBatch", "TestScheduledRequestsRunOnlyAtTheHarnesssGo"} <= set(re.findall(r"--- PASS: (\w+)",
+                                                                                          done.stdout))
+
+
+@pytest.fixture(scope="module")
+def go_purgatory(tmp_path_factory) -> Path:
+    """The driver's example purgatory (examples/purgatory: Kafka's shape, its locks the driver's vectors.Mutex),
+    built as a user builds a command of a module."""
+    binary = tmp_path_factory.mktemp("go-purgatory") / "purgatory"
+    go("build", "-o", str(binary), "./examples/purgatory", cwd=DRIVER)
+    return binary
+
+
+def scheduled_check(adapter: str, out: Path, *flags: str):
+    return CliRunner().invoke(main, ["check", "--adapter", adapter, "--threads", "4", "--scheduler", "random",
+                                     "--steps", "30", "--out", str(out), *flags], terminal_width=200)
+
+
+def test_a_go_purgatory_on_the_drivers_locks_is_scheduled_and_a_seed_replays_it(go_purgatory, tmp_path):
+    """Through stdio.Serve a Go purgatory whose locks are vectors.Mutex is driven one goroutine at a time at the
+    harness's go: the same seed gives the same interleavings twice, and the points name the Go functions that take
+    each lock."""
+    outputs = [scheduled_check(str(go_purgatory), tmp_path / f"out{attempt}", "--examples", "10", "--seed", "3")
+               for attempt in range(2)]
+    for result in outputs:
+        assert result.exit_code == 0, result.output
+    digests = [re.search(r"interleavings: 10 distinct .*\(digest (\w+)\)", result.output) for result in outputs]
+    assert digests[0] and digests[1] and digests[0][1] == digests[1][1], [result.output for result in outputs]
+    reached = next(line for line in outputs[0].output.splitlines() if line.startswith("switch points reached: "))
+    for point in ("acquire op in Watch", "acquire op in safeTryComplete", "acquire watcher shard in Check"):
+        assert point in reached, reached
+
+
+def test_a_race_planted_in_the_go_purgatory_is_caught_and_replays_call_for_call(go_purgatory, tmp_path):
+    """A check that writes back the list it walked drops what was watched on the key meanwhile: a lost wakeup only an
+    interleaving shows. The scheduler finds it, the history names its schedule, and replaying it through the same
+    adapter gives the same history, call for call; through the correct one, another history that passes."""
+    planted = f"{go_purgatory} -plant check-rewrites-list"
+    result = scheduled_check(planted, tmp_path / "out", "--examples", "20", "--seed", "0", "--max-failures", "1")
+    assert result.exit_code == 1, result.output
+    assert "breaks no_lost_wakeup" in result.output
+    [history] = (tmp_path / "out").glob("concurrent-*.jsonl")
+    assert '"schedule":{"strategy":"random"' in history.read_text().splitlines()[0]
+    replayed = CliRunner().invoke(main, ["replay", str(history), "--adapter", planted], terminal_width=200)
+    assert replayed.exit_code == 1 and "the same history, call for call" in replayed.output, replayed.output
+    fixed = CliRunner().invoke(main, ["replay", str(history), "--adapter", str(go_purgatory)], terminal_width=200)
+    assert fixed.exit_code == 0 and "differs from the recording" in fixed.output, fixed.output
 
 
 #: go-zero's divergences (its README, "Findings"), as the contract judge words them

@@ -35,6 +35,9 @@ type Binding struct {
 	Profiles     []string
 	Unsupported  []string // commands it has no call for
 	Features     []string // the read-outs it supports: wheel, delay_queue, watcher_keys
+	// Concurrent says that System is safe for concurrent use, its locks made with NewMutex: Serve then runs requests
+	// concurrently and lists the features concurrent and scheduler (`kpurgatory check --threads N [--scheduler S]`).
+	Concurrent bool
 	// Accepts says why a case's params cannot be run ("" when they can); nil accepts all.
 	Accepts func(profile string, p Params) string
 	System  System

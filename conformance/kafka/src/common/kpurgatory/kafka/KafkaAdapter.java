@@ -131,6 +131,8 @@ public final class KafkaAdapter {
             answer(failure(seq, e));
             return;
         }
+        boolean scheduled = Boolean.TRUE.equals(request.get("scheduled"));
+        if (scheduled && system != null) system.schedule();
         inFlight.add(pool.submit(() -> {
             if (barrier != null) {
                 try {
@@ -141,7 +143,7 @@ public final class KafkaAdapter {
                     return;
                 }
             }
-            if (Boolean.TRUE.equals(request.get("scheduled"))) {
+            if (scheduled) {
                 Turns.begin(seq);
                 try {
                     answer(handle(request));

@@ -39,6 +39,7 @@ final class KafkaSystem {
     private final Map<String, Scheduled> tasks = new ConcurrentHashMap<>();
     private final Map<String, Delayed> ops = new ConcurrentHashMap<>();
     private boolean shutDown;
+    private volatile boolean scheduled;
 
     KafkaSystem(Era era, String profile, Map<?, ?> params) {
         if (!profile.equals("timer") && !profile.equals("purgatory"))
@@ -104,6 +105,17 @@ final class KafkaSystem {
             ? object("count", 512L, "hash", "java-string-hashcode") : object("count", 1L, "hash", "none");
     }
 
+    /**
+     * A scheduled request is about to start (on the reading thread, while no scheduled thread runs): from the first,
+     * the purgatory's watcher locks are points too (the one map's now, a shard's when a watch first uses a key of it).
+     * Runs nobody schedules keep Kafka's own.
+     */
+    void schedule() {
+        if (scheduled || purgatory == null) return;
+        Turns.controlWatcherMap(purgatory.kafka());
+        scheduled = true;
+    }
+
     /** Ends the run if no shutdown did (a fresh init, or the end of input): the purgatory unregisters its gauges. */
     void close() throws Exception {
         if (!shutDown && purgatory != null) purgatory.shutdown();
@@ -141,6 +153,7 @@ final class KafkaSystem {
                 "op " + id + " was created with delay_ms " + script.delayMs + " and ready_on " + script.readyOn);
         List<Object> keys = new ArrayList<>();
         for (Object key : list(args, "keys")) keys.add(era.key(checkedString(key, "keys")));
+        if (scheduled) for (Object key : keys) Turns.controlShard(purgatory.kafka(), key);
         if (keys.isEmpty()) {
             try {
                 purgatory.tryCompleteElseWatch(op, keys);
