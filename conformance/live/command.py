@@ -112,7 +112,14 @@ def record(version: str, out: Path, seconds: int, agent: bool, fault: str | None
                  for item in (f"--{name.replace('_', '-')}", str(value)))]
     if agent:
         command += ["--agent", str(jar)] + (["--agent-options", f"fault={fault}"] if fault else [])
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    # The recorder's standard input is a pipe only this process writes to, and never does: when this process ends,
+    # even by SIGKILL, the recorder sees its end and stops, and its broker with it (Lifeline.java).
+    lifeline, held = os.pipe()
+    try:
+        process = subprocess.Popen([*command, "--until-stdin-closes"], stdin=lifeline, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True)
+    finally:
+        os.close(lifeline)
     try:
         stdout, stderr = process.communicate(timeout=seconds + 300)
     except BaseException:  # a timeout or an interruption: the recorder stops its broker on SIGTERM
@@ -123,6 +130,8 @@ def record(version: str, out: Path, seconds: int, agent: bool, fault: str | None
             process.kill()
             process.communicate()
         raise
+    finally:
+        os.close(held)
     if process.returncode == 2:
         raise click.UsageError(f"the recorder refused its arguments: {safe(stderr.strip()[-2000:])}")
     if process.returncode != 0:

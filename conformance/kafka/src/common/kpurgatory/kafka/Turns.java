@@ -196,7 +196,8 @@ public final class Turns {
      */
     private static String method(StackWalker.StackFrame frame) {
         String name = frame.getMethodName();
-        if (name.contains("$$") && !name.contains("$anonfun$"))  // Scala 2.11's name of a private method a closure calls
+        // Scala 2.11's name of a private method a closure calls
+        if (name.contains("$$") && !name.contains("$anonfun$"))
             name = name.substring(name.lastIndexOf("$$") + 2);
         String closure = name.contains("$anonfun$") ? name : frame.getClassName().contains("$$anonfun$")
             ? frame.getClassName() : null;
@@ -239,7 +240,7 @@ public final class Turns {
         say(turn, "released", "lock", freed, "role", monitorRole(monitor));
     }
 
-    /** An op's monitor (the op lock before 0.11.0.2), or a watch list's (the list a Watchers guards, before 0.10.1.1). */
+    /** An op's monitor (the op lock before 0.11.0.2), or a watch list's (the list Watchers guards, before 0.10.1.1). */
     private static String monitorRole(Object monitor) {
         for (Class<?> type = monitor.getClass(); type != null; type = type.getSuperclass())
             if (type.getSimpleName().equals("DelayedOperation")) return "op";

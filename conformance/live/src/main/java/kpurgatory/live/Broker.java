@@ -1,7 +1,9 @@
 package kpurgatory.live;
 
+import java.io.File;
 import java.io.IOException;
 import java.net.ServerSocket;
+import java.net.URISyntaxException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
@@ -79,13 +81,24 @@ final class Broker implements AutoCloseable {
             }
             List<String> command = new ArrayList<>(List.of(java, "-Xmx768m", "-Xms256m"));
             command.addAll(jvmOptions);
-            command.addAll(List.of("-cp", kafkaClasspath, "kafka.Kafka", config.toString()));
+            // kafka.Kafka under the Lifeline (this jar's, after Kafka's classes), so that the broker ends with this JVM
+            command.addAll(List.of("-cp", kafkaClasspath + File.pathSeparator + ownClasspath(),
+                    Lifeline.class.getName(), "kafka.Kafka", config.toString()));
             Process process = new ProcessBuilder(command).redirectErrorStream(true)
                     .redirectOutput(ProcessBuilder.Redirect.appendTo(log.toFile())).start();
             return new Broker("127.0.0.1:" + brokerPort, home, process);
         } catch (IOException | InterruptedException | RuntimeException e) {
             delete(home);
             throw e;
+        }
+    }
+
+    /** Where this class was loaded from: the recorder's jar (or classes folder), which holds the Lifeline. */
+    private static String ownClasspath() throws IOException {
+        try {
+            return Path.of(Broker.class.getProtectionDomain().getCodeSource().getLocation().toURI()).toString();
+        } catch (URISyntaxException e) {
+            throw new IOException("cannot tell where the recorder's own classes are: " + e.getMessage(), e);
         }
     }
 

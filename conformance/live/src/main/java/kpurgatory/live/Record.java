@@ -18,7 +18,8 @@ import java.util.concurrent.atomic.AtomicReference;
  *       [--agent kpurgatory-live.jar] [--agent-options fault=double_complete,fault_every=5] [--seconds 20]
  *       [--producers 2] [--consumers 2] [--rate 500] [--record-bytes 200] [--partitions 4]
  *       [--fetch-max-wait-ms 300] [--fetch-min-bytes 32768] [--delete-every-ms 2000] [--churn-every-ms 0]
- *       [--purge-interval 100] */
+ *       [--purge-interval 100] [--until-stdin-closes]
+ *  With --until-stdin-closes it stops (and stops its broker) when its standard input ends: its caller's lifeline. */
 public final class Record {
     private Record() {
     }
@@ -26,19 +27,24 @@ public final class Record {
     static final String USAGE = "usage: Record --kafka-classpath CP --out DIR [--agent JAR] [--agent-options K=V,...] "
             + "[--seconds S] [--producers N] [--consumers N] [--rate R] [--record-bytes B] [--partitions P] "
             + "[--fetch-max-wait-ms MS] [--fetch-min-bytes B] [--delete-every-ms MS] [--churn-every-ms MS] "
-            + "[--purge-interval N]";
+            + "[--purge-interval N] [--until-stdin-closes]";
 
     public static void main(String[] args) {
         String classpath = null, agent = null, agentOptions = null;
         Path out = null;
         Load.Options load = new Load.Options();
         int purgeInterval = 100;
+        boolean untilStdinCloses = false;
         // The clients log through the release's slf4j binding: only their errors, on stderr (they warn while the
         // broker starts).
         System.setProperty("org.slf4j.simpleLogger.defaultLogLevel", "error");
         try {
             for (int i = 0; i < args.length; i++) {
                 String flag = args[i];
+                if (flag.equals("--until-stdin-closes")) {
+                    untilStdinCloses = true;
+                    continue;
+                }
                 if (i + 1 >= args.length) {
                     throw new IllegalArgumentException(flag + " needs a value");
                 }
@@ -90,6 +96,9 @@ public final class Record {
             System.err.println("Record: " + e.getMessage() + "\n" + USAGE);
             System.exit(2);
             return;
+        }
+        if (untilStdinCloses) {
+            Lifeline.exitWhenStdinCloses(3);  // its caller is gone: stop the broker (the shutdown hook) and go
         }
         try {
             System.out.println(record(classpath, agent, agentOptions, purgeInterval, out.toAbsolutePath(), load));
@@ -161,7 +170,8 @@ public final class Record {
         long t0 = System.nanoTime();
         Broker broker = Broker.start(classpath, jvm, purgeInterval, log);
         running.set(broker);
-        // For a caller that must stop the broker itself should this JVM be killed outright.
+        // Which process is the broker, for whoever watches it (its Lifeline ends it should this JVM be killed
+        // outright).
         Files.writeString(out.resolve("broker.pid"), broker.pid() + "\n", StandardCharsets.UTF_8);
         String loadJson;
         double startS, stopS, cpuS = -1;
