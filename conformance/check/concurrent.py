@@ -1661,16 +1661,22 @@ def replay_schedules(files: dict[Path, list[Trace]], impl: str | None, adapter: 
                      fail_on_findings: bool = False) -> int:
     """`kpurgatory replay` of histories a controlled scheduler ran: each run again under its schedule on a fresh
     system (--impl or --adapter; by default the built-in implementation that recorded it), compared with the
-    recording call by call and checked. Returns the exit code: 0 every replay passes (Kafka findings aside, unless ``fail_on_findings``),
-    1 one breaks a property, 2 the system cannot be scheduled."""
+    recording call by call and checked. Returns the exit code: 0 every replay passes (Kafka findings aside, unless
+    ``fail_on_findings``), 1 one breaks a property, 2 the system cannot be scheduled, or none was given for a history
+    another system recorded."""
     from kpurgatory.conformance.adapters import BUILTIN, BUILTIN_PYTHON, system_factory
-    from kpurgatory.conformance.adapters.builtin import PythonAdapter
+    from kpurgatory.conformance.adapters.builtin import PythonAdapter, factory
 
+    built_ins = {factory().hello().implementation: BUILTIN, PythonAdapter().hello().implementation: BUILTIN_PYTHON}
     console = command_console()
     failed = 0
     for trace in (trace for traces in files.values() for trace in traces):
-        built_in = BUILTIN_PYTHON if trace.header.implementation == PythonAdapter().hello().implementation else BUILTIN
-        system = system_factory(None if adapter else impl or built_in, adapter, timeout)()
+        if not (impl or adapter or trace.header.implementation in built_ins):
+            click.echo(f"Error: {safe(trace.trace_id)} was recorded by {safe(trace.header.implementation)}, not by a "
+                       "built-in implementation: give the system to replay it on (--adapter COMMAND, --kafka VERSION "
+                       "or --impl MODULE:FACTORY)", err=True)
+            return 2
+        system = system_factory(None if adapter else impl or built_ins[trace.header.implementation], adapter, timeout)()
         try:
             hello = system.hello()
             if not getattr(system, "controllable", False):

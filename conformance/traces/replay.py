@@ -445,9 +445,9 @@ def replay_command(traces, impl, adapter, timeout, level, all_steps, fail_on_fin
     failing trace gets its page (`kpurgatory view`) next to it, as FILE.html.
 
     A concurrent history written by `kpurgatory check --threads N --scheduler S` is run again under its schedule
-    against --impl, --adapter or --kafka (by default the built-in implementation that recorded it): the same
-    interleaving, compared with the recorded history call by call, then checked as `kpurgatory check-history`
-    checks one.
+    against --impl, --adapter or --kafka (by default the built-in implementation that recorded it; a history another
+    system recorded needs one of them): the same interleaving, compared with the recorded history call by call, then
+    checked as `kpurgatory check-history` checks one.
 
     Exits 0 when every step agrees with the model (or a failure is a Kafka finding, unless --fail-on-findings), 1 on
     a divergence, 2 on malformed input or a trace the system cannot run (it uses a command the system's hello lists

@@ -3,6 +3,7 @@ history, failures are found, shrunk to few switches and replayed."""
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import sys
@@ -12,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from click.testing import CliRunner
 
+from kpurgatory.conformance.adapters import BUILTIN, BUILTIN_PYTHON
 from kpurgatory.conformance.adapters.builtin import PYTHON, BuiltinAdapter, PythonAdapter, PythonOperation
 from kpurgatory.conformance.check import concurrent
 from kpurgatory.conformance.check.scheduler import Deadlock, Replay, Scheduler, Scheduling, carried
@@ -183,6 +185,16 @@ def test_the_cli_replays_a_schedule_and_refuses_what_it_cannot_schedule(tmp_path
     replayed = runner.invoke(main, ["replay", str(history)])
     assert replayed.exit_code == 0, replayed.output
     assert "the same history, call for call" in replayed.output and "pass" in replayed.output
+    # a history another system recorded is not replayed on a built-in one unless asked to
+    [header, *steps] = history.read_text().splitlines()
+    header = json.loads(header)
+    recorder, header["header"]["implementation"] = header["header"]["implementation"], "my purgatory 0.3"
+    foreign = tmp_path / "foreign.jsonl"
+    foreign.write_text("\n".join([json.dumps(header), *steps]) + "\n")
+    refused = runner.invoke(main, ["replay", str(foreign)])
+    assert refused.exit_code == 2 and "recorded by my purgatory 0.3" in refused.output, refused.output
+    impl = BUILTIN_PYTHON if recorder == PythonAdapter().hello().implementation else BUILTIN
+    assert runner.invoke(main, ["replay", str(foreign), "--impl", impl]).exit_code == 0
 
 
 def test_threads_outside_the_scheduler_use_its_locks_as_plain_locks():
