@@ -120,7 +120,8 @@ func batch(b Binding, requests []request) []map[string]any {
 	return answers
 }
 
-// servedFeatures are the features Serve offers itself, whatever a binding made from another adapter's hello lists.
+// servedFeatures say how requests are served: Serve decides them itself (batch always, concurrent and scheduler for a
+// Concurrent binding, barrier and gates never), whatever a binding made from another adapter's hello lists.
 var servedFeatures = []string{"batch", "concurrent", "scheduler", "barrier", "gates"}
 
 func answer(b Binding, cmd string, args map[string]any, response map[string]any) error {

@@ -40,7 +40,7 @@ public final class Turns {
     private static final ThreadLocal<Turn> CURRENT = new ThreadLocal<>();
     private static final Map<Long, Turn> TURNS = new ConcurrentHashMap<>();
     private static final AtomicLong LOCKS = new AtomicLong();
-    private static final StackWalker WALKER = StackWalker.getInstance(StackWalker.Option.RETAIN_CLASS_REFERENCE);
+    private static final StackWalker WALKER = StackWalker.getInstance();
     /** The monitors scheduled threads hold, by identity: who holds each, how often, and the name its lines give it. */
     private static final Map<Object, Monitor> MONITORS = new IdentityHashMap<>();
     /** Where the scheduler lines go: the adapter's stdout. */
