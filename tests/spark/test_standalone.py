@@ -74,3 +74,22 @@ def test_an_executor_stopped_with_its_application_is_not_logged_as_an_error(java
     assert run.returncode == 0, run.stderr
     assert "Lost executor 1 on 10.47.0.3: Command exited with code 137" in run.stderr
     assert "code 0" not in run.stderr, run.stderr
+
+
+#: the master's last one-way message to an application that just stopped, and a request that failed
+ONE_WAY = """
+from kpurgatory.conformance.spark.session import get_session
+session = get_session("local[1]")
+handler = session.sparkContext._jvm.org.apache.logging.log4j.LogManager.getLogger(
+    "org.apache.spark.network.server.TransportRequestHandler")
+handler.error("Error while invoking RpcHandler#receive() for one-way message from 127.0.0.1/127.0.0.1:39239.")
+handler.error("Error while invoking RpcHandler#receive() on RPC id 7")
+session.stop()
+"""
+
+
+def test_a_one_way_message_to_a_stopped_application_is_not_logged_as_an_error(java):
+    run = subprocess.run([sys.executable, "-c", ONE_WAY], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "on RPC id 7" in run.stderr
+    assert "one-way message" not in run.stderr, run.stderr
